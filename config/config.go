@@ -1,0 +1,207 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written as a Go duration string ("10s", "5m")
+// in the config file.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON accepts a duration string such as "30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"10s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: %w", s, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Critical selects which pods are critical (DESIGN.md, "Critical rules").
+type Critical struct {
+	// Rules is "modern" (today's kubelet) or "seed" (ExperimentalCriticalPodAnnotation).
+	Rules string `json:"rules"`
+	// Namespaces lists namespaces whose every pod is critical.
+	Namespaces []string `json:"namespaces"`
+	// PriorityAnnotation names the annotation that carries a pod's integer priority.
+	PriorityAnnotation string `json:"priorityAnnotation"`
+}
+
+// Log configures the logger.
+type Log struct {
+	Level  string `json:"level"`
+	Format string `json:"format"`
+}
+
+// Config is the whole configuration of cri-guard.
+type Config struct {
+	Listen               string   `json:"listen"`
+	RuntimeEndpoint      string   `json:"runtimeEndpoint"`
+	StateDir             string   `json:"stateDir"`
+	CgroupRoot           string   `json:"cgroupRoot"`
+	ProcRoot             string   `json:"procRoot"`
+	PodsCgroup           string   `json:"podsCgroup"`
+	HousekeepingInterval Duration `json:"housekeepingInterval"`
+
+	EvictionHard                     map[string]string `json:"evictionHard"`
+	EvictionSoft                     map[string]string `json:"evictionSoft"`
+	EvictionSoftGracePeriod          map[string]string `json:"evictionSoftGracePeriod"`
+	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim"`
+	EvictionPressureTransitionPeriod Duration          `json:"evictionPressureTransitionPeriod"`
+	EvictionMaxPodGracePeriod        Duration          `json:"evictionMaxPodGracePeriod"`
+	PSITrigger                       string            `json:"psiTrigger"`
+
+	Critical       Critical `json:"critical"`
+	OnStatsError   string   `json:"onStatsError"`
+	RestoredPods   string   `json:"restoredPods"`
+	DryRun         bool     `json:"dryRun"`
+	MetricsAddress string   `json:"metricsAddress"`
+	AdminSocket    string   `json:"adminSocket"`
+	Log            Log      `json:"log"`
+}
+
+// Default returns the configuration cri-guard runs with when no file is given.
+func Default() Config {
+	return Config{
+		Listen:                           "/run/cri-guard/cri-guard.sock",
+		RuntimeEndpoint:                  "/run/containerd/containerd.sock",
+		StateDir:                         "/var/lib/cri-guard",
+		CgroupRoot:                       "/sys/fs/cgroup",
+		ProcRoot:                         "/proc",
+		HousekeepingInterval:             Duration{10 * time.Second},
+		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
+		EvictionPressureTransitionPeriod: Duration{5 * time.Minute},
+		EvictionMaxPodGracePeriod:        Duration{30 * time.Second},
+		PSITrigger:                       "some 150000 2000000",
+		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
+		OnStatsError:                     "admit",
+		RestoredPods:                     "enforce",
+		MetricsAddress:                   "127.0.0.1:9713",
+		AdminSocket:                      "/run/cri-guard/admin.sock",
+		Log:                              Log{Level: "info", Format: "text"},
+	}
+}
+
+// Load reads the YAML file at path over the defaults and validates the result.
+// A missing key keeps its default; an unknown key or a bad value is an error.
+func Load(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read config %q: %w", path, err)
+	}
+	cfg, err := Parse(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("config %q: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML over the defaults and validates the result.
+func Parse(b []byte) (Config, error) {
+	cfg := Default()
+	if len(bytes.TrimSpace(b)) > 0 {
+		// Maps given in the file replace the default maps whole, as the
+		// kubelet does for evictionHard.
+		if err := decode(b, &cfg); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Errors is every problem Validate found, one per field.
+type Errors []error
+
+func (e Errors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap lets errors.Is see each problem.
+func (e Errors) Unwrap() []error { return e }
+
+// Validate checks every field and returns all problems at once.
+func (c Config) Validate() error {
+	var errs Errors
+	add := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	for field, v := range map[string]string{
+		"listen": c.Listen, "runtimeEndpoint": c.RuntimeEndpoint, "stateDir": c.StateDir,
+		"cgroupRoot": c.CgroupRoot, "procRoot": c.ProcRoot,
+	} {
+		if v == "" {
+			add(field, "must not be empty")
+		} else if !strings.HasPrefix(v, "/") {
+			add(field, "must be an absolute path, got %q", v)
+		}
+	}
+	if c.AdminSocket != "" && !strings.HasPrefix(c.AdminSocket, "/") {
+		add("adminSocket", "must be an absolute path, got %q", c.AdminSocket)
+	}
+	if c.PodsCgroup != "" && !strings.HasPrefix(c.PodsCgroup, "/") {
+		add("podsCgroup", "must start with /, got %q", c.PodsCgroup)
+	}
+	if c.HousekeepingInterval.Duration < 100*time.Millisecond {
+		add("housekeepingInterval", "must be at least 100ms, got %s", c.HousekeepingInterval)
+	}
+	if c.EvictionPressureTransitionPeriod.Duration < 0 {
+		add("evictionPressureTransitionPeriod", "must not be negative")
+	}
+	if c.EvictionMaxPodGracePeriod.Duration < 0 {
+		add("evictionMaxPodGracePeriod", "must not be negative")
+	}
+	switch c.Critical.Rules {
+	case "modern", "seed":
+	default:
+		add("critical.rules", "must be modern or seed, got %q", c.Critical.Rules)
+	}
+	for i, ns := range c.Critical.Namespaces {
+		if ns == "" {
+			add(fmt.Sprintf("critical.namespaces[%d]", i), "must not be empty")
+		}
+	}
+	if c.Critical.PriorityAnnotation == "" {
+		add("critical.priorityAnnotation", "must not be empty")
+	}
+	if c.OnStatsError != "admit" && c.OnStatsError != "reject" {
+		add("onStatsError", "must be admit or reject, got %q", c.OnStatsError)
+	}
+	if c.RestoredPods != "enforce" && c.RestoredPods != "warn" {
+		add("restoredPods", "must be enforce or warn, got %q", c.RestoredPods)
+	}
+	switch c.Log.Level {
+	case "trace", "debug", "info", "warn", "warning", "error":
+	default:
+		add("log.level", "must be one of trace, debug, info, warn, error, got %q", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		add("log.format", "must be text or json, got %q", c.Log.Format)
+	}
+	for _, err := range c.validateEviction() {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}

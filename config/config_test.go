@@ -1,0 +1,99 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr []string // substrings, each must appear
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty file gives defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Listen != "/run/cri-guard/cri-guard.sock" || c.HousekeepingInterval.Duration != 10*time.Second || c.EvictionHard["memory.available"] != "100Mi" {
+				t.Fatalf("defaults wrong: %+v", c)
+			}
+		}},
+		{name: "full example", yaml: `
+listen: /run/x/cri-guard.sock
+runtimeEndpoint: /run/containerd/containerd.sock
+podsCgroup: /kubepods.slice
+housekeepingInterval: 2s
+evictionHard:   {memory.available: 100Mi, memory.pressure.full.avg10: "40%"}
+evictionSoft:   {memory.available: 300Mi, memory.pressure.some.avg10: "20%"}
+evictionSoftGracePeriod: {memory.available: 30s, memory.pressure.some.avg10: 20s}
+evictionMinimumReclaim:  {memory.available: 200Mi}
+evictionPressureTransitionPeriod: 1m
+critical: {rules: seed, namespaces: [infra], priorityAnnotation: example.com/prio}
+onStatsError: reject
+restoredPods: warn
+log: {level: debug, format: json}
+`, check: func(t *testing.T, c Config) {
+			if c.HousekeepingInterval.Duration != 2*time.Second || c.Critical.Rules != "seed" || c.OnStatsError != "reject" || c.Log.Format != "json" {
+				t.Fatalf("parsed wrong: %+v", c)
+			}
+			ts, err := c.Thresholds()
+			if err != nil || len(ts) != 4 {
+				t.Fatalf("thresholds = %v, %v; want 4", ts, err)
+			}
+		}},
+		{name: "unknown key", yaml: "listenn: /x\n", wantErr: []string{"listenn: unknown field"}},
+		{name: "unknown nested key", yaml: "critical: {rule: modern}\n", wantErr: []string{`critical.rule: unknown field`}},
+		{name: "bad duration", yaml: "housekeepingInterval: fast\n", wantErr: []string{"housekeepingInterval", `bad duration "fast"`}},
+		{name: "bad quantity", yaml: "evictionHard: {memory.available: lots}\n", wantErr: []string{"evictionHard[memory.available]"}},
+		{name: "soft without grace", yaml: "evictionSoft: {memory.available: 300Mi}\n", wantErr: []string{"evictionSoftGracePeriod[memory.available]"}},
+		{name: "unknown signal", yaml: "evictionHard: {nodefs.available: 10%}\n", wantErr: []string{"evictionHard[nodefs.available]"}},
+		{name: "bad enums, all reported", yaml: "onStatsError: maybe\nrestoredPods: later\ncritical: {rules: old}\nlog: {level: loud, format: xml}\n",
+			wantErr: []string{"onStatsError: must be admit or reject", "restoredPods: must be enforce or warn", "critical.rules: must be modern or seed", "log.level", "log.format"}},
+		{name: "relative path", yaml: "stateDir: var/lib\n", wantErr: []string{`stateDir: must be an absolute path, got "var/lib"`}},
+		{name: "bad trigger window", yaml: "psiTrigger: some 150000 20000000\n", wantErr: []string{"psiTrigger: window must be 500ms to 10s"}},
+		{name: "bad trigger form", yaml: "psiTrigger: most 1 2\n", wantErr: []string{"psiTrigger: want"}},
+		{name: "trigger disabled", yaml: "psiTrigger: \"\"\n", check: func(t *testing.T, c Config) {
+			if c.PSITrigger != "" {
+				t.Fatalf("psiTrigger = %q", c.PSITrigger)
+			}
+		}},
+		{name: "interval too short", yaml: "housekeepingInterval: 1ms\n", wantErr: []string{"housekeepingInterval: must be at least 100ms"}},
+		{name: "not yaml", yaml: "listen: [\n", wantErr: []string{"decode"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml))
+			if len(tt.wantErr) > 0 {
+				if err == nil {
+					t.Fatalf("want error containing %q, got none", tt.wantErr)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not contain %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("bogus: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p)
+	if err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("error %v does not name the file", err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("want an error for a missing file")
+	}
+}
