@@ -1,0 +1,136 @@
+package pod
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// QOSClass is the Kubernetes quality-of-service class of a pod.
+type QOSClass string
+
+// The three QoS classes, spelled as in the Kubernetes API.
+const (
+	Guaranteed QOSClass = "Guaranteed"
+	Burstable  QOSClass = "Burstable"
+	BestEffort QOSClass = "BestEffort"
+)
+
+// State is where a pod sandbox is in cri-guard's lifecycle.
+type State string
+
+// Sandbox states. StatePending: admitted, RunPodSandbox forwarded but not
+// (yet) known to have succeeded. StateReady: containerd runs the sandbox.
+// StateStopped: the sandbox was stopped (by the kubelet, by eviction or by
+// itself).
+const (
+	StatePending State = "pending"
+	StateReady   State = "ready"
+	StateStopped State = "stopped"
+)
+
+// Well-known annotation keys and values the kubelet puts on pod sandboxes.
+const (
+	// AnnotationConfigSource names where the kubelet got the pod from:
+	// "api" for pods from the API server, "file" or "http" for static pods.
+	AnnotationConfigSource = "kubernetes.io/config.source"
+	// ConfigSourceAPI is the AnnotationConfigSource value of non-static pods.
+	ConfigSourceAPI = "api"
+	// AnnotationConfigMirror marks a mirror pod (the API object of a static pod).
+	AnnotationConfigMirror = "kubernetes.io/config.mirror"
+	// AnnotationCriticalPod is the legacy critical-pod annotation
+	// (ExperimentalCriticalPodAnnotation), honoured only by the "seed" rules.
+	AnnotationCriticalPod = "scheduler.alpha.kubernetes.io/critical-pod"
+	// DefaultPriorityAnnotation is the default annotation carrying a pod's
+	// integer priority, stamped by cluster policy.
+	DefaultPriorityAnnotation = "cri-guard.io/priority"
+	// NamespaceSystem is the kube-system namespace.
+	NamespaceSystem = "kube-system"
+	// SystemCriticalPriority is the kubelet's threshold for critical pods
+	// (scheduling.SystemCriticalPriority): priority >= this is critical.
+	SystemCriticalPriority int32 = 2000000000
+)
+
+// ErrInvalid reports a sandbox config or status that cannot describe a pod:
+// missing config, missing metadata or an empty UID.
+var ErrInvalid = errors.New("invalid pod sandbox")
+
+// Pod is cri-guard's record of one pod sandbox attempt.
+type Pod struct {
+	// UID, Name, Namespace and Attempt come from the sandbox metadata.
+	UID       string `json:"uid"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Attempt   uint32 `json:"attempt"`
+
+	// Labels and Annotations are the sandbox's, as the kubelet sent them.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+
+	// RuntimeHandler is the RuntimeClass handler ("" = default).
+	RuntimeHandler string `json:"runtimeHandler,omitempty"`
+	// CgroupParent is linux.cgroup_parent, the pod-level cgroup.
+	CgroupParent string `json:"cgroupParent,omitempty"`
+
+	// QOS is the pod's QoS class (see QOSFromCgroupParent).
+	QOS QOSClass `json:"qos"`
+	// Static is true for static pods (config.source present and not "api").
+	Static bool `json:"static,omitempty"`
+	// Priority is the value of the configured priority annotation; it is
+	// meaningful only when HasPriority is true.
+	Priority    int32 `json:"priority,omitempty"`
+	HasPriority bool  `json:"hasPriority,omitempty"`
+
+	// Critical pods are always admitted.
+	Critical bool `json:"critical,omitempty"`
+	// Evictable pods may be stopped by eviction. Modern rules: !Critical;
+	// seed rules: !(Critical && Static).
+	Evictable bool `json:"evictable,omitempty"`
+
+	// MemoryLimitBytes is linux.resources.memory_limit_in_bytes when the
+	// kubelet sent it (0 = none or unknown).
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+
+	// SandboxID is containerd's id of the sandbox, once known.
+	SandboxID string `json:"sandboxId,omitempty"`
+	// State is the sandbox's lifecycle state.
+	State State `json:"state"`
+	// Created is when cri-guard first saw the sandbox request (or, for an
+	// adopted sandbox, containerd's creation time).
+	Created time.Time `json:"created"`
+
+	// Warnings lists problems found while deriving the record that did not
+	// stop it, e.g. an unparsable priority annotation. Callers log them.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Key identifies the sandbox attempt: "<uid>/<attempt>". The kubelet retries
+// a failed RunPodSandbox with the same key and recreates a dead sandbox with
+// attempt+1.
+func (p *Pod) Key() string {
+	return Key(p.UID, p.Attempt)
+}
+
+// Key builds the key of a sandbox attempt, as (*Pod).Key does.
+func Key(uid string, attempt uint32) string {
+	return uid + "/" + strconv.FormatUint(uint64(attempt), 10)
+}
+
+// String returns "namespace/name", for logs and messages.
+func (p *Pod) String() string {
+	return p.Namespace + "/" + p.Name
+}
+
+// Clone returns a deep copy of p (maps and slices are not shared).
+func (p *Pod) Clone() *Pod {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	c.Labels = maps.Clone(p.Labels)
+	c.Annotations = maps.Clone(p.Annotations)
+	c.Warnings = slices.Clone(p.Warnings)
+	return &c
+}

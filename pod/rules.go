@@ -1,0 +1,114 @@
+package pod
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Critical-rule modes (CriticalRules.Mode).
+const (
+	// ModeModern follows today's kubelet: a pod is critical when it is static
+	// or mirror, or its priority is >= SystemCriticalPriority, or its
+	// namespace is listed. Critical pods are never evicted.
+	ModeModern = "modern"
+	// ModeSeed follows the kubelet with ExperimentalCriticalPodAnnotation: a
+	// pod is critical when it is in kube-system and carries
+	// AnnotationCriticalPod with an empty value, or its namespace is listed.
+	// Eviction skips only pods that are critical AND static.
+	ModeSeed = "seed"
+)
+
+// CriticalRules says which pods are critical (DESIGN.md "Critical rules").
+// The zero value is the modern rules with the default priority annotation.
+type CriticalRules struct {
+	// Mode is ModeModern (default when empty) or ModeSeed.
+	Mode string `json:"rules,omitempty"`
+	// Namespaces lists namespaces whose pods are all critical.
+	Namespaces []string `json:"namespaces,omitempty"`
+	// PriorityAnnotation is the annotation holding a pod's integer priority
+	// (default DefaultPriorityAnnotation).
+	PriorityAnnotation string `json:"priorityAnnotation,omitempty"`
+}
+
+// Validate reports the first problem in r: an unknown mode, an empty or
+// blank namespace, or a priority annotation key containing white space.
+func (r CriticalRules) Validate() error {
+	switch r.Mode {
+	case "", ModeModern, ModeSeed:
+	default:
+		return fmt.Errorf("critical rules %q: mode must be %q or %q", r.Mode, ModeModern, ModeSeed)
+	}
+	for _, ns := range r.Namespaces {
+		if strings.TrimSpace(ns) == "" || strings.ContainsAny(ns, " \t\n/") {
+			return fmt.Errorf("critical namespace %q: not a namespace name", ns)
+		}
+	}
+	if strings.ContainsAny(r.PriorityAnnotation, " \t\n") {
+		return fmt.Errorf("priority annotation %q: key contains white space", r.PriorityAnnotation)
+	}
+	return nil
+}
+
+// mode returns the effective mode; an unknown mode is an error.
+func (r CriticalRules) mode() (string, error) {
+	switch r.Mode {
+	case "", ModeModern:
+		return ModeModern, nil
+	case ModeSeed:
+		return ModeSeed, nil
+	}
+	return "", fmt.Errorf("critical rules %q: unknown mode: %w", r.Mode, ErrInvalid)
+}
+
+// priorityAnnotation returns the configured key or the default.
+func (r CriticalRules) priorityAnnotation() string {
+	if r.PriorityAnnotation == "" {
+		return DefaultPriorityAnnotation
+	}
+	return r.PriorityAnnotation
+}
+
+// IsStatic reports whether annotations mark a static pod: the config source
+// annotation is present and is not "api" (kubelet IsStaticPod).
+func IsStatic(annotations map[string]string) bool {
+	src, ok := annotations[AnnotationConfigSource]
+	return ok && src != ConfigSourceAPI
+}
+
+// classify fills Static, Priority, HasPriority, Critical and Evictable of p
+// from its namespace and annotations. p.Namespace and p.Annotations must be
+// set.
+func (r CriticalRules) classify(p *Pod) error {
+	mode, err := r.mode()
+	if err != nil {
+		return err
+	}
+	p.Static = IsStatic(p.Annotations)
+	p.Priority, p.HasPriority = 0, false
+	key := r.priorityAnnotation()
+	if v, ok := p.Annotations[key]; ok {
+		n, perr := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+		if perr != nil {
+			p.Warnings = append(p.Warnings, fmt.Sprintf("annotation %q: priority %q is not a 32-bit integer; ignored", key, v))
+		} else {
+			p.Priority, p.HasPriority = int32(n), true
+		}
+	}
+	listed := slices.Contains(r.Namespaces, p.Namespace)
+	switch mode {
+	case ModeSeed:
+		// kubelet (<= v1.15) types.IsCritical: kube-system and the annotation
+		// present with an empty value.
+		v, ok := p.Annotations[AnnotationCriticalPod]
+		p.Critical = listed || (p.Namespace == NamespaceSystem && ok && v == "")
+		p.Evictable = !(p.Critical && p.Static)
+	default:
+		_, mirror := p.Annotations[AnnotationConfigMirror]
+		p.Critical = listed || p.Static || mirror ||
+			(p.HasPriority && p.Priority >= SystemCriticalPriority)
+		p.Evictable = !p.Critical
+	}
+	return nil
+}
