@@ -1,0 +1,16 @@
+// Package checkpoint keeps one durable record per pod sandbox attempt under a
+// state directory, so that cri-guard can replay its admitted pods after a
+// restart.
+//
+// Each record is a file "<uid>_<attempt>.json" holding a versioned envelope
+// with a SHA-256 checksum over the exact payload bytes:
+//
+//	{"version":1,"checksum":"sha256:<hex>","payload":{...}}
+//
+// Writes are atomic (unique temp file in the same directory, write, fsync,
+// rename, fsync the directory). A file that is corrupt, truncated, fails its
+// checksum or has an unknown version is moved to "<dir>/quarantine/" and
+// logged; it never stops the store.
+//
+// Package checkpoint imports only the internal package pod.
+package checkpoint

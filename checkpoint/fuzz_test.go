@@ -1,0 +1,54 @@
+package checkpoint
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// FuzzDecode: decode never panics, fails only with ErrCorrupt, and whatever
+// it accepts re-encodes to a file it accepts again, unchanged.
+func FuzzDecode(f *testing.F) {
+	good, err := encode(testRecord("0e760759-7576-4c0b-89d0-bf5c9539026e", 1, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	pending, err := encode(Record{Pod: pod.Pod{UID: "u", Namespace: "kube-system", Static: true}, State: pod.StatePending})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(pending)
+	f.Add(good[:len(good)/2])
+	f.Add(bytes.Replace(good, []byte(`"version":1`), []byte(`"version":2`), 1))
+	f.Add([]byte(`{"version":1,"checksum":"sha256:","payload":null}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("decode error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		enc, err := encode(r)
+		if err != nil {
+			t.Fatalf("accepted record does not encode: %v", err)
+		}
+		r2, err := decode(enc)
+		if err != nil {
+			t.Fatalf("re-encoded record rejected: %v", err)
+		}
+		enc2, err := encode(r2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(enc, enc2) {
+			t.Fatalf("round trip changed the record:\n%s\n%s", enc, enc2)
+		}
+	})
+}

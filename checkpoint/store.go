@@ -1,0 +1,285 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// QuarantineDir is the subdirectory corrupt checkpoint files are moved to.
+const QuarantineDir = "quarantine"
+
+// lockStripes is the number of per-file-name locks. Writers of different
+// keys rarely share one; writers of the same key always do.
+const lockStripes = 64
+
+// Store keeps checkpoint files in one directory. It is safe for concurrent
+// use by several goroutines.
+type Store struct {
+	dir   string
+	log   *logrus.Entry
+	now   func() time.Time
+	seed  maphash.Seed
+	locks [lockStripes]sync.Mutex
+}
+
+// Option sets an optional Store setting.
+type Option func(*Store)
+
+// WithClock sets the clock used for Record.Written and quarantine names.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// New opens (creating with mode 0700 if needed) the checkpoint directory dir
+// and removes temp files left by interrupted writes. log receives one line
+// per quarantined or removed file.
+func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("checkpoint store: empty directory")
+	}
+	if log == nil {
+		log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(s)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create checkpoint dir %q: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint dir %q: %w", dir, err)
+	}
+	for _, e := range entries {
+		if isTempFile(e.Name()) {
+			p := filepath.Join(dir, e.Name())
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("remove stale temp file %q: %w", p, err)
+			}
+			s.log.WithField("path", p).Info("removed stale checkpoint temp file")
+		}
+	}
+	return s, nil
+}
+
+// Dir returns the checkpoint directory.
+func (s *Store) Dir() string { return s.dir }
+
+// lock returns the stripe lock for a file name.
+func (s *Store) lock(name string) *sync.Mutex {
+	return &s.locks[maphash.String(s.seed, name)%lockStripes]
+}
+
+// Put writes r durably under r.Pod.Key(), replacing any previous record.
+// Written is set to the store's clock. When Put returns nil the record
+// survives a crash; on error the previous record (if any) is intact.
+func (s *Store) Put(r Record) error {
+	name, err := fileName(r.Pod.UID, r.Pod.Attempt)
+	if err != nil {
+		return fmt.Errorf("put checkpoint %q: %w", r.Pod.Key(), err)
+	}
+	r.Written = s.now()
+	if err := validate(r); err != nil {
+		return fmt.Errorf("put checkpoint %q: %w", r.Pod.Key(), err)
+	}
+	data, err := encode(r)
+	if err != nil {
+		return err
+	}
+	mu := s.lock(name)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := writeAtomic(s.dir, name, data); err != nil {
+		return fmt.Errorf("put checkpoint %q: %w", r.Pod.Key(), err)
+	}
+	return nil
+}
+
+// writeAtomic writes data to dir/name via a unique temp file, fsync, rename
+// and a directory fsync.
+func writeAtomic(dir, name string, data []byte) (err error) {
+	f, err := os.CreateTemp(dir, "."+name+tempMarker+"*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that renames and removals in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		_ = d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+// Get returns the record for a pod key ("<uid>/<attempt>"). It fails with
+// ErrNotFound when there is none, and with ErrCorrupt when the file cannot be
+// trusted; that file is then quarantined.
+func (s *Store) Get(key string) (Record, error) {
+	name, err := keyFileName(key)
+	if err != nil {
+		return Record{}, fmt.Errorf("get checkpoint: %w", err)
+	}
+	r, err := s.load(name)
+	if err != nil {
+		return Record{}, fmt.Errorf("get checkpoint %q: %w", key, err)
+	}
+	return r, nil
+}
+
+// load reads and verifies one file. A bad file is re-read under its lock
+// (a concurrent Put may have replaced it) and quarantined if still bad.
+func (s *Store) load(name string) (Record, error) {
+	r, err := s.read(name)
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return r, err
+	}
+	mu := s.lock(name)
+	mu.Lock()
+	defer mu.Unlock()
+	r, err = s.read(name)
+	if err == nil || !errors.Is(err, ErrCorrupt) {
+		return r, err
+	}
+	s.quarantine(name, err)
+	return Record{}, err
+}
+
+// read reads and decodes dir/name; the record must match its file name.
+func (s *Store) read(name string) (Record, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, ErrNotFound
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	r, err := decode(data)
+	if err != nil {
+		return Record{}, err
+	}
+	if want, _ := fileName(r.Pod.UID, r.Pod.Attempt); want != name {
+		return Record{}, fmt.Errorf("%w: record %q stored as %q", ErrCorrupt, r.Pod.Key(), name)
+	}
+	return r, nil
+}
+
+// quarantine moves dir/name to dir/quarantine/name.<unix-nanos>. The caller
+// holds the name's lock. Failures are logged, never returned: a file that
+// cannot be moved is reported again on the next List.
+func (s *Store) quarantine(name string, cause error) {
+	src := filepath.Join(s.dir, name)
+	qdir := filepath.Join(s.dir, QuarantineDir)
+	dst := filepath.Join(qdir, name+"."+strconv.FormatInt(s.now().UnixNano(), 10))
+	log := s.log.WithFields(logrus.Fields{"path": src, "quarantine_path": dst}).WithError(cause)
+	if err := os.MkdirAll(qdir, 0o700); err != nil {
+		log.WithField("move_error", err.Error()).Error("cannot quarantine corrupt checkpoint")
+		return
+	}
+	if err := os.Rename(src, dst); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.WithField("move_error", err.Error()).Error("cannot quarantine corrupt checkpoint")
+		}
+		return
+	}
+	if err := syncDir(s.dir); err != nil {
+		log.WithField("move_error", err.Error()).Warn("quarantined checkpoint, directory sync failed")
+		return
+	}
+	log.Warn("quarantined corrupt checkpoint")
+}
+
+// List returns every good record sorted by Pod.Created (then key). Bad files
+// are quarantined and left out; only a failure to read the directory is an
+// error.
+func (s *Store) List() ([]Record, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints in %q: %w", s.dir, err)
+	}
+	out := make([]Record, 0, len(entries))
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !isRecordFile(e.Name()) {
+			continue
+		}
+		r, err := s.load(e.Name())
+		switch {
+		case err == nil:
+			out = append(out, r)
+		case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt):
+			// Deleted meanwhile, or quarantined by load.
+		default:
+			s.log.WithField("path", filepath.Join(s.dir, e.Name())).WithError(err).Error("cannot read checkpoint")
+		}
+	}
+	slices.SortFunc(out, func(a, b Record) int {
+		if c := a.Pod.Created.Compare(b.Pod.Created); c != 0 {
+			return c
+		}
+		if a.Pod.UID != b.Pod.UID {
+			if a.Pod.UID < b.Pod.UID {
+				return -1
+			}
+			return 1
+		}
+		return int(int64(a.Pod.Attempt) - int64(b.Pod.Attempt))
+	})
+	return out, nil
+}
+
+// Delete removes the record for a pod key. A missing record is not an error.
+func (s *Store) Delete(key string) error {
+	name, err := keyFileName(key)
+	if err != nil {
+		return fmt.Errorf("delete checkpoint: %w", err)
+	}
+	mu := s.lock(name)
+	mu.Lock()
+	defer mu.Unlock()
+	if err := os.Remove(filepath.Join(s.dir, name)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("delete checkpoint %q: %w", key, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("delete checkpoint %q: %w", key, err)
+	}
+	return nil
+}
