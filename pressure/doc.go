@@ -1,0 +1,64 @@
+// Package pressure measures memory pressure and decides when eviction
+// thresholds are met. It owns reading stats (cgroup memory files, /proc/meminfo,
+// PSI), the eviction signals, threshold parsing and evaluation in the
+// kubelet's semantics, and the PSI trigger watcher. It imports no other
+// cri-guard package.
+//
+// # Sampling
+//
+// A Sampler (NewSampler(SamplerConfig{CgroupRoot, ProcRoot, PodsCgroup}))
+// reads:
+//
+//   - Node: capacity from <proc-root>/meminfo (MemTotal). On a unified host
+//     whose root cgroup has the memory controller (Source SourceCgroupV2) the
+//     working set is usage − inactive_file of the root cgroup (usage is
+//     memory.current, or MemTotal − MemFree where the root has none, as runc
+//     computes it). On hybrid and v1 hosts (Source SourceMeminfo) the working
+//     set is MemTotal − MemAvailable: the kernel's own estimate of memory that
+//     cannot be reclaimed without swapping, the closest meminfo equivalent of
+//     the kubelet's usage − inactive_file. memory.available = capacity −
+//     working set. Node PSI comes from <proc-root>/pressure/memory (else the
+//     unified root's memory.pressure).
+//   - The pods cgroup (SamplerConfig.PodsCgroup): allocatableMemory.available
+//     = (its limit, or capacity) − its working set, and its PSI, which the PSI
+//     signals use in preference to the node's. Failures to read it are
+//     reported in NodeSample.PodsError, node figures stay valid.
+//   - A pod (Sampler.Pod(cgroupParent)): the cgroup parent from the CRI
+//     request is resolved by CgroupPath (cgroupfs paths as they are; a systemd
+//     slice leaf "kubepods-burstable-pod<uid>.slice" expanded to
+//     /kubepods.slice/kubepods-burstable.slice/...). Memory comes from the
+//     hierarchy that holds the memory controller: the unified one
+//     (memory.current, memory.stat inactive_file, memory.min/low as the known
+//     request) or, on hybrid hosts, <cgroup-root>/memory (memory.usage_in_bytes,
+//     memory.stat total_inactive_file, memory.soft_limit_in_bytes). PSI comes
+//     from the unified hierarchy (<cgroup-root>/unified on hybrid hosts). A
+//     cgroup with neither gives ErrNoStats: "no stats" is not zero usage.
+//
+// Files are read with one reusable buffer and hand-written parsers, so a node
+// sample costs a few syscalls and no per-sample parsing allocations; cgroups/v3
+// cgroup2 is used to detect the layout (RootControllers) and validate group
+// paths (VerifyGroupPath), not on the hot path, since its StatFiltered reads
+// many files a sample does not need and treats missing files as zero.
+//
+// # Thresholds
+//
+// ParseThresholds takes the kubelet's evictionHard, evictionSoft,
+// evictionSoftGracePeriod and evictionMinimumReclaim maps. Signals:
+// memory.available and allocatableMemory.available (bytes or % of capacity,
+// met when the observation is below), memory.pressure.{some,full}.{avg10,avg60}
+// (percent, met when above). An Evaluator (NewEvaluator(thresholds,
+// transition)) is fed NodeSample.Observations() with an explicit time and
+// returns the thresholds that act (Result.Met), soft ones waiting for their
+// grace period (Result.Pending), and the MemoryPressure condition, which
+// stays for the transition period after the last time any threshold was met.
+// Minimum reclaim keeps an acting memory threshold met until available ≥
+// threshold + reclaim (for PSI: until pressure ≤ threshold − reclaim).
+//
+// # Triggers
+//
+// A Trigger (NewTrigger(path, "some 150000 2000000")) arms a PSI trigger and
+// calls back each time the kernel signals it; Run ends on context
+// cancellation (nil), cgroup removal (ErrCgroupGone) or a trigger the kernel
+// refuses (ErrTriggerRejected: without CAP_SYS_RESOURCE, windows must be
+// multiples of 2 s).
+package pressure

@@ -1,0 +1,149 @@
+package pressure
+
+import (
+	"fmt"
+	"time"
+)
+
+// ConditionMemoryPressure is the node condition memory thresholds raise.
+const ConditionMemoryPressure = "MemoryPressure"
+
+// Met is a threshold that is met, with what was observed.
+type Met struct {
+	// Threshold is the threshold met.
+	Threshold Threshold
+	// Observed is the observation that met it.
+	Observed Observation
+	// Limit is the value compared with: bytes for memory signals (the
+	// threshold, plus the minimum reclaim when ByMinReclaim), percent for
+	// PSI signals.
+	Limit float64
+	// ByMinReclaim is true when the threshold itself is no longer crossed
+	// but its minimum reclaim keeps it active.
+	ByMinReclaim bool
+	// Since is when the threshold was first observed met (continuously).
+	Since time.Time
+}
+
+// String renders m like "memory.available 80Mi < 100Mi" or
+// "memory.pressure.full.avg10 52% > 40%".
+func (m Met) String() string {
+	op, limit := "<", ""
+	if m.Threshold.Operator == OpGreaterThan {
+		op, limit = ">", formatPercent(roundPercent(m.Limit))
+	} else {
+		limit = formatBytes(int64(m.Limit))
+	}
+	s := fmt.Sprintf("%s %s %s %s", m.Threshold.Signal, m.Observed, op, limit)
+	if m.ByMinReclaim {
+		s += " (threshold " + m.Threshold.Value.String() + " + min-reclaim " + m.Threshold.MinReclaim.String() + ")"
+	}
+	return s
+}
+
+// Result is the outcome of one evaluation.
+type Result struct {
+	// Met are the thresholds that act now: hard ones met, soft ones met for
+	// their grace period, and previously acting ones kept by min-reclaim.
+	Met []Met
+	// Pending are soft thresholds met whose grace period has not elapsed.
+	Pending []Met
+	// Conditions holds ConditionMemoryPressure while any threshold is met
+	// (acting or pending, as the kubelet reports it) and for the transition
+	// period after the last time one was.
+	Conditions []string
+}
+
+// Evaluator applies thresholds over successive observations, keeping the
+// state the kubelet's eviction manager keeps between synchronisations. It
+// is not safe for concurrent use: one loop owns it.
+type Evaluator struct {
+	thresholds    []Threshold
+	transition    time.Duration
+	acting        []bool      // thresholds that acted at the last evaluation
+	firstObserved []time.Time // zero when not met at the last evaluation
+	lastMet       time.Time   // last time any threshold was met
+}
+
+// NewEvaluator returns an Evaluator for thresholds (from ParseThresholds)
+// with the given pressure transition period.
+func NewEvaluator(thresholds []Threshold, transition time.Duration) *Evaluator {
+	return &Evaluator{
+		thresholds:    append([]Threshold(nil), thresholds...),
+		transition:    transition,
+		acting:        make([]bool, len(thresholds)),
+		firstObserved: make([]time.Time, len(thresholds)),
+	}
+}
+
+// Thresholds returns the thresholds the Evaluator applies.
+func (e *Evaluator) Thresholds() []Threshold {
+	return append([]Threshold(nil), e.thresholds...)
+}
+
+// Evaluate applies the thresholds to obs at now, as the kubelet's
+// synchronize does: thresholds met now (thresholdsMet), merged with those
+// acting before that have not yet reclaimed their minimum (thresholdsMet
+// with enforceMinReclaim, mergeThresholds); the first time each was met
+// (thresholdsFirstObservedAt); the node condition, kept for the transition
+// period (nodeConditionsObservedSince); and the ones whose grace period has
+// elapsed (thresholdsMetGracePeriod). Signals absent from obs meet nothing.
+func (e *Evaluator) Evaluate(now time.Time, obs map[Signal]Observation) Result {
+	var res Result
+	anyMet := false
+	for i, t := range e.thresholds {
+		o, found := obs[t.Signal]
+		if !found {
+			e.acting[i], e.firstObserved[i] = false, time.Time{}
+			continue
+		}
+		m, met := thresholdMet(t, o, false)
+		if !met && e.acting[i] && t.MinReclaim != nil {
+			m, met = thresholdMet(t, o, true)
+			m.ByMinReclaim = met
+		}
+		if !met {
+			e.acting[i], e.firstObserved[i] = false, time.Time{}
+			continue
+		}
+		anyMet = true
+		if e.firstObserved[i].IsZero() {
+			e.firstObserved[i] = now
+		}
+		m.Since = e.firstObserved[i]
+		if now.Sub(e.firstObserved[i]) >= t.GracePeriod {
+			e.acting[i] = true
+			res.Met = append(res.Met, m)
+		} else {
+			e.acting[i] = false
+			res.Pending = append(res.Pending, m)
+		}
+	}
+	if anyMet {
+		e.lastMet = now
+	}
+	if anyMet || (!e.lastMet.IsZero() && now.Sub(e.lastMet) < e.transition) {
+		res.Conditions = []string{ConditionMemoryPressure}
+	}
+	return res
+}
+
+// thresholdMet compares one observation with a threshold; with
+// enforceMinReclaim the limit is moved by the minimum reclaim.
+func thresholdMet(t Threshold, o Observation, enforceMinReclaim bool) (Met, bool) {
+	m := Met{Threshold: t, Observed: o}
+	if t.Operator == OpGreaterThan {
+		limit := t.Value.Percentage * 100
+		if enforceMinReclaim && t.MinReclaim != nil {
+			limit -= t.MinReclaim.Percentage * 100
+		}
+		m.Limit = limit
+		return m, o.Percent > limit
+	}
+	limit := t.Value.Bytes(o.Capacity)
+	if enforceMinReclaim && t.MinReclaim != nil {
+		limit += t.MinReclaim.Bytes(o.Capacity)
+	}
+	m.Limit = float64(limit)
+	return m, limit > o.Available
+}

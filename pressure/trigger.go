@@ -1,0 +1,108 @@
+package pressure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrCgroupGone is returned by Trigger.Run when the kernel reports POLLERR on
+// the pressure file: the cgroup it belongs to was removed.
+var ErrCgroupGone = errors.New("cgroup removed")
+
+// ErrTriggerRejected is returned by Trigger.Run when the kernel refuses the
+// trigger (EINVAL): typically a window that is not a multiple of 2 s for a
+// process without CAP_SYS_RESOURCE, or a window outside 500 ms–10 s.
+var ErrTriggerRejected = errors.New("psi trigger rejected by the kernel")
+
+// Trigger is a PSI trigger on one pressure file (/proc/pressure/memory or a
+// cgroup's memory.pressure).
+type Trigger struct {
+	path string
+	spec string
+}
+
+// NewTrigger checks spec ("some 150000 2000000": kind, stall µs, window µs)
+// and returns a trigger for the pressure file at path. It does not touch the
+// file; Run arms it.
+func NewTrigger(path, spec string) (*Trigger, error) {
+	f := strings.Fields(spec)
+	if len(f) != 3 || (f[0] != "some" && f[0] != "full") {
+		return nil, fmt.Errorf("psi trigger %q: want \"some|full <stall µs> <window µs>\"", spec)
+	}
+	stall, err1 := strconv.ParseUint(f[1], 10, 32)
+	window, err2 := strconv.ParseUint(f[2], 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("psi trigger %q: stall and window must be integers (µs)", spec)
+	}
+	if window < 500000 || window > 10000000 {
+		return nil, fmt.Errorf("psi trigger %q: window must be 500000–10000000 µs", spec)
+	}
+	if stall == 0 || stall > window {
+		return nil, fmt.Errorf("psi trigger %q: stall must be in (0, window]", spec)
+	}
+	return &Trigger{path: path, spec: strings.Join(f, " ")}, nil
+}
+
+// String returns "path: spec".
+func (t *Trigger) String() string { return t.path + ": " + t.spec }
+
+// Run arms the trigger and calls fire each time the kernel signals it (at
+// most once per window), until ctx is cancelled (returns nil), the cgroup is
+// removed (ErrCgroupGone), the kernel refuses the trigger
+// (ErrTriggerRejected, not retried) or another error occurs. fire runs on
+// Run's goroutine and should not block long.
+func (t *Trigger) Run(ctx context.Context, fire func()) error {
+	fd, err := unix.Open(t.path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("arm psi trigger %q: open: %w", t.path, err)
+	}
+	defer unix.Close(fd)
+	// The kernel parses the buffer as a C string: send the terminating NUL.
+	if _, err := unix.Write(fd, append([]byte(t.spec), 0)); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("arm psi trigger %q with %q: %w (windows must be multiples of 2s without CAP_SYS_RESOURCE): %v",
+				t.path, t.spec, ErrTriggerRejected, err)
+		}
+		return fmt.Errorf("arm psi trigger %q with %q: %w", t.path, t.spec, err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("psi trigger %q: eventfd: %w", t.path, err)
+	}
+	defer unix.Close(wake)
+	stop := context.AfterFunc(ctx, func() {
+		var one = [8]byte{1}
+		_, _ = unix.Write(wake, one[:])
+	})
+	defer stop()
+
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}, {Fd: int32(wake), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("psi trigger %q: poll: %w", t.path, err)
+		}
+		if fds[1].Revents != 0 || ctx.Err() != nil {
+			return nil
+		}
+		switch re := fds[0].Revents; {
+		case re&(unix.POLLERR|unix.POLLNVAL|unix.POLLHUP) != 0:
+			return fmt.Errorf("psi trigger %q: %w", t.path, ErrCgroupGone)
+		case re&unix.POLLPRI != 0:
+			fire()
+		default:
+			// Spurious wake-up: avoid a busy loop on an unexpected event.
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
