@@ -1,0 +1,82 @@
+package evictor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// Attributes is what an admit handler decides on (the kubelet's
+// PodAdmitAttributes): the pod and whether it comes from a checkpoint.
+type Attributes struct {
+	Pod *pod.Pod
+	// Restored is true for pods replayed from checkpoints at start-up.
+	Restored bool
+}
+
+// Result is an admit handler's answer (the kubelet's PodAdmitResult).
+type Result struct {
+	Admit bool
+	// Reason is a short CamelCase word, "Evicted" for memory pressure.
+	Reason string
+	// Message is what a person reading the pod's events sees.
+	Message string
+}
+
+// Admitted is the result of a handler that lets the pod in.
+var admitted = Result{Admit: true}
+
+// AdmitHandler decides whether a pod may run (the kubelet's PodAdmitHandler).
+type AdmitHandler interface {
+	Admit(a *Attributes) Result
+}
+
+// AdmitFunc adapts a function to an AdmitHandler.
+type AdmitFunc func(a *Attributes) Result
+
+// Admit calls f.
+func (f AdmitFunc) Admit(a *Attributes) Result { return f(a) }
+
+// Chain runs handlers in order; the first refusal refuses the pod, as
+// canAdmitPod does.
+type Chain []AdmitHandler
+
+// Admit implements AdmitHandler.
+func (c Chain) Admit(a *Attributes) Result {
+	for _, h := range c {
+		if r := h.Admit(a); !r.Admit {
+			return r
+		}
+	}
+	return admitted
+}
+
+const (
+	// ReasonEvicted is the kubelet's reason for refusals under pressure.
+	ReasonEvicted = "Evicted"
+	// ConditionMemoryPressure is the node condition memory thresholds set.
+	ConditionMemoryPressure = "MemoryPressure"
+)
+
+// nodeConditionMessage is the kubelet's message for a pod refused because of
+// node conditions: "The node had condition: [MemoryPressure]. ".
+func nodeConditionMessage(conditions []string) string {
+	return fmt.Sprintf("The node had condition: [%s]. ", strings.Join(conditions, ", "))
+}
+
+// admitUnderConditions is the eviction manager's Admit rule, taken from the
+// kubelet: no conditions → admit; critical → admit; only MemoryPressure and
+// not BestEffort → admit; otherwise refuse.
+func admitUnderConditions(p *pod.Pod, conditions []string) Result {
+	if len(conditions) == 0 {
+		return admitted
+	}
+	if p.Critical {
+		return admitted
+	}
+	if len(conditions) == 1 && conditions[0] == ConditionMemoryPressure && p.QOS != pod.BestEffort {
+		return admitted
+	}
+	return Result{Reason: ReasonEvicted, Message: nodeConditionMessage(conditions)}
+}

@@ -1,0 +1,378 @@
+package evictor
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+const mi = int64(1 << 20)
+
+// fakeSampler returns whatever the test set.
+type fakeSampler struct {
+	node    pressure.NodeSample
+	nodeErr error
+	pods    map[string]pressure.PodStats // by cgroup parent
+}
+
+func (f *fakeSampler) Node() (pressure.NodeSample, error) { return f.node, f.nodeErr }
+
+func (f *fakeSampler) Pod(parent string) (pressure.PodStats, error) {
+	if st, ok := f.pods[parent]; ok {
+		return st, nil
+	}
+	return pressure.PodStats{}, pressure.ErrNoStats
+}
+
+// available sets memory.available on a 1000Mi node.
+func (f *fakeSampler) available(b int64) {
+	f.node = pressure.NodeSample{CapacityBytes: 1000 * mi, WorkingSetBytes: 1000*mi - b, AvailableBytes: b}
+}
+
+// recorder records kills.
+type recorder struct {
+	mu     sync.Mutex
+	killed []string
+	grace  []time.Duration
+	err    error
+}
+
+func (r *recorder) kill(_ context.Context, p *pod.Pod, grace time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.killed = append(r.killed, p.Name)
+	r.grace = append(r.grace, grace)
+	return nil
+}
+
+// clock is a stepped clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time       { return c.t }
+func (c *clock) step(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock                { return &clock{t: time.Unix(1_700_000_000, 0)} }
+func quietLog() *logrus.Entry {
+	l := logrus.New()
+	l.SetLevel(logrus.PanicLevel)
+	return logrus.NewEntry(l)
+}
+
+func thresholds(t *testing.T, tc pressure.ThresholdConfig) []pressure.Threshold {
+	t.Helper()
+	ts, err := pressure.ParseThresholds(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+func newManager(t *testing.T, cfg Config, s *fakeSampler, r *recorder, c *clock) *Manager {
+	t.Helper()
+	m, err := New(cfg, Options{Sampler: s, Kill: r.kill, Now: c.now, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// mkPod builds a ready pod with a cgroup parent named after it.
+func mkPod(name string, qos pod.QOSClass, priority int32, critical, static bool, evictable bool) *pod.Pod {
+	return &pod.Pod{UID: "uid-" + name, Name: name, Namespace: "default", QOS: qos, Priority: priority,
+		Critical: critical, Static: static, Evictable: evictable, State: pod.StateReady,
+		SandboxID: "sb-" + name, CgroupParent: "/kubepods/" + name}
+}
+
+func TestAdmitRules(t *testing.T) {
+	tests := []struct {
+		name      string
+		available int64
+		pod       *pod.Pod
+		admit     bool
+	}{
+		{"no pressure besteffort", 500 * mi, mkPod("a", pod.BestEffort, 0, false, false, true), true},
+		{"pressure besteffort", 50 * mi, mkPod("a", pod.BestEffort, 0, false, false, true), false},
+		{"pressure burstable", 50 * mi, mkPod("a", pod.Burstable, 0, false, false, true), true},
+		{"pressure guaranteed", 50 * mi, mkPod("a", pod.Guaranteed, 0, false, false, true), true},
+		{"pressure critical besteffort", 50 * mi, mkPod("a", pod.BestEffort, 0, true, true, false), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, r, c := &fakeSampler{}, &recorder{}, newClock()
+			s.available(tt.available)
+			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+			res := m.Admit(&Attributes{Pod: tt.pod})
+			if res.Admit != tt.admit {
+				t.Fatalf("admit = %v, want %v (%+v)", res.Admit, tt.admit, res)
+			}
+			if !res.Admit {
+				if res.Reason != "Evicted" || !strings.HasPrefix(res.Message, "The node had condition: [MemoryPressure]. ") {
+					t.Fatalf("refusal = %+v", res)
+				}
+				if !strings.Contains(res.Message, "memory.available 50Mi < 100Mi") {
+					t.Fatalf("refusal message lacks the observed signal and threshold: %q", res.Message)
+				}
+			}
+		})
+	}
+}
+
+func TestOnStatsError(t *testing.T) {
+	for _, pol := range []StatsErrorPolicy{StatsErrorAdmit, StatsErrorReject} {
+		t.Run(string(pol), func(t *testing.T) {
+			s, r, c := &fakeSampler{nodeErr: errors.New("no meminfo")}, &recorder{}, newClock()
+			m := newManager(t, Config{OnStatsError: pol}, s, r, c)
+			be := m.Admit(&Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)})
+			crit := m.Admit(&Attributes{Pod: mkPod("b", pod.BestEffort, 0, true, true, false)})
+			if be.Admit != (pol == StatsErrorAdmit) || !crit.Admit {
+				t.Fatalf("besteffort admit = %v, critical admit = %v under %s", be.Admit, crit.Admit, pol)
+			}
+			snap := m.Snapshot()
+			if snap.StatsError == "" || snap.Decisions[0].Kind != KindStatsError {
+				t.Fatalf("stats error not recorded: %+v", snap)
+			}
+		})
+	}
+}
+
+func TestRankingOrder(t *testing.T) {
+	s := &fakeSampler{pods: map[string]pressure.PodStats{
+		"/kubepods/be-small":   {HasMemory: true, WorkingSetBytes: 10 * mi},
+		"/kubepods/be-big":     {HasMemory: true, WorkingSetBytes: 300 * mi},
+		"/kubepods/bu-under":   {HasMemory: true, WorkingSetBytes: 100 * mi, RequestBytes: 200 * mi, HasRequest: true},
+		"/kubepods/bu-over":    {HasMemory: true, WorkingSetBytes: 300 * mi, RequestBytes: 200 * mi, HasRequest: true},
+		"/kubepods/bu-over-hp": {HasMemory: true, WorkingSetBytes: 900 * mi, RequestBytes: 100 * mi, HasRequest: true},
+	}}
+	m := newManager(t, Config{}, s, &recorder{}, newClock())
+	pods := []*pod.Pod{
+		mkPod("bu-under", pod.Burstable, 0, false, false, true),
+		mkPod("be-small", pod.BestEffort, 0, false, false, true),
+		mkPod("bu-over-hp", pod.Burstable, 1000, false, false, true),
+		mkPod("nostats", pod.Burstable, 5000, false, false, true),
+		mkPod("be-big", pod.BestEffort, 0, false, false, true),
+		mkPod("bu-over", pod.Burstable, 0, false, false, true),
+		mkPod("critical", pod.BestEffort, 0, true, true, false),
+	}
+	var got []string
+	for _, c := range m.rank(pods) {
+		got = append(got, c.Pod.Name)
+	}
+	want := "nostats be-big bu-over be-small bu-over-hp bu-under"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("rank = %v, want %s", got, want)
+	}
+}
+
+func TestCriticalProtection(t *testing.T) {
+	// under modern rules every critical pod is unevictable; under seed
+	// rules only critical AND static pods are (pod.Evictable carries it).
+	tests := []struct {
+		name     string
+		pods     []*pod.Pod
+		wantKill string
+	}{
+		{"modern: critical static kept, plain evicted", []*pod.Pod{
+			mkPod("crit", pod.BestEffort, 0, true, true, false), mkPod("plain", pod.Guaranteed, 0, false, false, true)}, "plain"},
+		{"seed: critical non-static is evictable", []*pod.Pod{
+			mkPod("crit-static", pod.BestEffort, 0, true, true, false), mkPod("crit-api", pod.BestEffort, 0, true, false, true)}, "crit-api"},
+		{"only critical pods: unable to evict", []*pod.Pod{mkPod("crit", pod.BestEffort, 0, true, true, false)}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, r, c := &fakeSampler{}, &recorder{}, newClock()
+			s.available(50 * mi)
+			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+			victim, err := m.Synchronize(context.Background(), tt.pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Join(r.killed, ",")
+			if got != tt.wantKill {
+				t.Fatalf("killed %q, want %q", got, tt.wantKill)
+			}
+			if tt.wantKill == "" {
+				if victim != nil {
+					t.Fatalf("victim = %v", victim)
+				}
+				d := m.Snapshot().Decisions
+				if d[len(d)-1].Kind != KindUnable || !strings.Contains(d[len(d)-1].Message, "unable to evict any pods") {
+					t.Fatalf("last decision = %+v", d[len(d)-1])
+				}
+			}
+		})
+	}
+}
+
+// TestMemoryPressure walks through the life of a pressure episode, as the
+// kubelet's test of the same name does.
+func TestMemoryPressure(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	cfg := Config{
+		Thresholds: thresholds(t, pressure.ThresholdConfig{
+			Hard:            map[string]string{"memory.available": "100Mi"},
+			Soft:            map[string]string{"memory.available": "300Mi"},
+			SoftGracePeriod: map[string]string{"memory.available": "30s"},
+			MinimumReclaim:  map[string]string{"memory.available": "200Mi"},
+		}),
+		TransitionPeriod:  5 * time.Minute,
+		MaxPodGracePeriod: 30 * time.Second,
+		HardGracePeriod:   time.Second,
+	}
+	m := newManager(t, cfg, s, r, c)
+	be := mkPod("be", pod.BestEffort, 0, false, false, true)
+	bu := mkPod("bu", pod.Burstable, 0, false, false, true)
+	crit := mkPod("crit", pod.BestEffort, 0, true, true, false)
+	s.pods = map[string]pressure.PodStats{
+		be.CgroupParent: {HasMemory: true, WorkingSetBytes: 200 * mi},
+		bu.CgroupParent: {HasMemory: true, WorkingSetBytes: 150 * mi, RequestBytes: 100 * mi},
+	}
+	active := []*pod.Pod{crit, bu, be}
+	sync := func() {
+		t.Helper()
+		if _, err := m.Synchronize(context.Background(), active); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admitBE := func() bool {
+		return m.Admit(&Attributes{Pod: mkPod("new-be", pod.BestEffort, 0, false, false, true)}).Admit
+	}
+
+	// no pressure
+	s.available(500 * mi)
+	sync()
+	if len(r.killed) != 0 || !admitBE() {
+		t.Fatalf("no pressure: killed %v", r.killed)
+	}
+	// soft threshold met, grace not elapsed: condition set, nothing killed
+	s.available(250 * mi)
+	sync()
+	if len(r.killed) != 0 {
+		t.Fatalf("soft before grace killed %v", r.killed)
+	}
+	if admitBE() {
+		t.Fatal("besteffort admitted while the soft threshold is met")
+	}
+	// soft threshold after grace: one pod, soft grace period
+	c.step(31 * time.Second)
+	sync()
+	if len(r.killed) != 1 || r.killed[0] != "be" || r.grace[0] != 30*time.Second {
+		t.Fatalf("after grace: killed %v grace %v, want be with 30s", r.killed, r.grace)
+	}
+	// the evicted pod is refused while pressure lasts, with the kubelet's message
+	res := m.Admit(&Attributes{Pod: mkPod("be", pod.Burstable, 0, false, false, true)})
+	if res.Admit || !strings.HasPrefix(res.Message, "The node was low on resource: memory. Threshold quantity: 300Mi, available: 250Mi. ") {
+		t.Fatalf("re-admission of the evicted pod = %+v", res)
+	}
+	// hard threshold: next pod in rank, short grace; the critical one never
+	active = []*pod.Pod{crit, bu}
+	s.available(50 * mi)
+	c.step(time.Second)
+	sync()
+	if len(r.killed) != 2 || r.killed[1] != "bu" || r.grace[1] != time.Second {
+		t.Fatalf("hard: killed %v grace %v", r.killed, r.grace)
+	}
+	active = []*pod.Pod{crit}
+	c.step(time.Second)
+	sync()
+	if len(r.killed) != 2 {
+		t.Fatalf("critical pod killed: %v", r.killed)
+	}
+	// above the soft threshold but below threshold+min-reclaim (300+200): still acting
+	s.available(400 * mi)
+	c.step(time.Second)
+	sync()
+	if snap := m.Snapshot(); len(snap.Met) == 0 {
+		t.Fatal("min-reclaim should keep the threshold active at 400Mi")
+	}
+	// reclaimed: no threshold met, but the condition holds for the transition period
+	s.available(600 * mi)
+	c.step(time.Second)
+	sync()
+	if snap := m.Snapshot(); len(snap.Met) != 0 || len(snap.Conditions) != 1 {
+		t.Fatalf("after reclaim: met %v conditions %v", snap.Met, snap.Conditions)
+	}
+	if admitBE() {
+		t.Fatal("besteffort admitted during the transition period")
+	}
+	if m.Admit(&Attributes{Pod: mkPod("be", pod.Burstable, 0, false, false, true)}).Admit {
+		t.Fatal("evicted pod admitted during the transition period")
+	}
+	// transition over: everything is admitted again, the evicted pod too
+	c.step(5 * time.Minute)
+	sync()
+	if !admitBE() || !m.Admit(&Attributes{Pod: mkPod("be", pod.Burstable, 0, false, false, true)}).Admit {
+		t.Fatal("pods refused after the transition period")
+	}
+}
+
+func TestOnePodPerInterval(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	s.available(10 * mi)
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	active := []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true), mkPod("b", pod.BestEffort, 0, false, false, true)}
+	if _, err := m.Synchronize(context.Background(), active); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.killed) != 1 {
+		t.Fatalf("one pass killed %d pods, want 1", len(r.killed))
+	}
+}
+
+func TestDryRun(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	s.available(10 * mi)
+	m := newManager(t, Config{DryRun: true, Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	victim, err := m.Synchronize(context.Background(), []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if victim == nil || victim.Name != "a" || len(r.killed) != 0 {
+		t.Fatalf("dry run: victim %v killed %v", victim, r.killed)
+	}
+	if d := m.Snapshot().Decisions; d[len(d)-1].Kind != KindDryRun {
+		t.Fatalf("decision = %+v", d[len(d)-1])
+	}
+	if m.IsEvicted("uid-a") {
+		t.Fatal("dry run must not mark the pod evicted")
+	}
+}
+
+func TestKillFailure(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{err: errors.New("runtime down")}, newClock()
+	s.available(10 * mi)
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	if _, err := m.Synchronize(context.Background(), []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)}); err == nil {
+		t.Fatal("want the kill error")
+	}
+	if m.IsEvicted("uid-a") {
+		t.Fatal("a pod that was not stopped must not be marked evicted")
+	}
+}
+
+func BenchmarkRank1000(b *testing.B) {
+	s := &fakeSampler{pods: map[string]pressure.PodStats{}}
+	var pods []*pod.Pod
+	for i := range 1000 {
+		p := mkPod("p"+strconv.Itoa(i), []pod.QOSClass{pod.BestEffort, pod.Burstable, pod.Guaranteed}[i%3], int32(i%5), false, false, true)
+		pods = append(pods, p)
+		if i%10 != 0 {
+			s.pods[p.CgroupParent] = pressure.PodStats{HasMemory: true, WorkingSetBytes: int64(i) * mi, RequestBytes: int64(i%4) * 100 * mi}
+		}
+	}
+	m := newManager(&testing.T{}, Config{}, s, &recorder{}, newClock())
+	b.ReportAllocs()
+	for b.Loop() {
+		m.rank(pods)
+	}
+}

@@ -1,0 +1,127 @@
+package evictor
+
+import (
+	"slices"
+	"time"
+
+	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+// Kind says what a decision was.
+type Kind string
+
+// Decision kinds.
+const (
+	KindAdmit       Kind = "admit"
+	KindRefuse      Kind = "refuse"
+	KindEvict       Kind = "evict"
+	KindDryRun      Kind = "dry-run-evict"
+	KindEvictFailed Kind = "evict-failed"
+	KindUnable      Kind = "unable-to-evict"
+	KindStatsError  Kind = "stats-error"
+)
+
+// PodRef names a pod in a decision.
+type PodRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Attempt   uint32 `json:"attempt"`
+	QOS       string `json:"qos"`
+	Critical  bool   `json:"critical"`
+}
+
+func podRef(p *pod.Pod) *PodRef {
+	return &PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Attempt: p.Attempt, QOS: string(p.QOS), Critical: p.Critical}
+}
+
+// Decision is one admission or eviction decision, kept for status and metrics.
+type Decision struct {
+	Time     time.Time `json:"time"`
+	Kind     Kind      `json:"kind"`
+	Pod      *PodRef   `json:"pod,omitempty"`
+	Restored bool      `json:"restored,omitempty"`
+	Signal   string    `json:"signal,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Message  string    `json:"message,omitempty"`
+}
+
+// maxDecisions is how many recent decisions Status keeps.
+const maxDecisions = 50
+
+// Status is a snapshot of the manager for `cri-guard status`.
+type Status struct {
+	SampledAt  time.Time                                `json:"sampledAt"`
+	Source     string                                   `json:"source,omitempty"`
+	StatsError string                                   `json:"statsError,omitempty"`
+	Observed   map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
+	Thresholds []string                                 `json:"thresholds"`
+	Met        []string                                 `json:"met,omitempty"`
+	Conditions []string                                 `json:"conditions"`
+	Ranked     []RankedPod                              `json:"ranked,omitempty"`
+	Evicted    []string                                 `json:"evicted,omitempty"`
+	Decisions  []Decision                               `json:"decisions"`
+}
+
+// RankedPod is a candidate as shown in status.
+type RankedPod struct {
+	PodRef
+	Candidate
+}
+
+// Snapshot returns a copy of the latest status; safe from any goroutine.
+func (m *Manager) Snapshot() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.snap // publish replaces slices and maps, never mutates them
+	s.Decisions = slices.Clone(s.Decisions)
+	return s
+}
+
+// publish refreshes the snapshot after an observation; ranked may be nil
+// (then the last ranking is kept).
+func (m *Manager) publish(ranked []Candidate) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.snap
+	s.SampledAt = m.lastSample
+	s.Source = m.sample.Source
+	s.StatsError = ""
+	if m.statsErr != nil {
+		s.StatsError = m.statsErr.Error()
+	}
+	s.Observed = m.sample.Observations()
+	s.Thresholds = nil
+	for _, t := range m.cfg.Thresholds {
+		s.Thresholds = append(s.Thresholds, t.String())
+	}
+	s.Met = nil
+	for _, mt := range m.result.Met {
+		s.Met = append(s.Met, mt.String())
+	}
+	s.Conditions = slices.Clone(m.result.Conditions)
+	if ranked != nil {
+		s.Ranked = make([]RankedPod, 0, len(ranked))
+		for _, c := range ranked {
+			s.Ranked = append(s.Ranked, RankedPod{PodRef: *podRef(c.Pod), Candidate: c})
+		}
+	}
+	s.Evicted = nil
+	for _, e := range m.evicted {
+		s.Evicted = append(s.Evicted, e.pod.String())
+	}
+}
+
+// decide records a decision and tells the observer.
+func (m *Manager) decide(d Decision) {
+	m.mu.Lock()
+	m.snap.Decisions = append(m.snap.Decisions, d)
+	if n := len(m.snap.Decisions); n > maxDecisions {
+		m.snap.Decisions = slices.Delete(m.snap.Decisions, 0, n-maxDecisions)
+	}
+	m.mu.Unlock()
+	if m.obs != nil {
+		m.obs.Decided(d)
+	}
+}
