@@ -1,0 +1,69 @@
+package guard
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// EventStream is an open GetContainerEvents stream.
+type EventStream interface {
+	Recv() (*runtimeapi.ContainerEventResponse, error)
+}
+
+// OpenEvents opens the runtime's event stream (runtimeproxy.Client.GetContainerEvents).
+type OpenEvents func(ctx context.Context) (EventStream, error)
+
+// RunEvents follows the runtime's container events and resyncs the known
+// pods when a sandbox stops or is deleted behind cri-guard's back. When the
+// stream breaks it resyncs with ListPodSandbox and opens it again. It
+// returns when ctx ends, or when the runtime does not implement the stream
+// (housekeeping resyncs then suffice).
+func (l *Loop) RunEvents(ctx context.Context, open OpenEvents) error {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		s, err := open(ctx)
+		if err == nil {
+			backoff = 200 * time.Millisecond
+			err = l.follow(ctx, s)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if status.Code(err) == codes.Unimplemented {
+			l.log.Info("runtime has no container event stream: resync on housekeeping only")
+			return nil
+		}
+		l.log.WithError(err).Debug("container event stream broken: resync")
+		l.requestResync(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	return nil
+}
+
+func (l *Loop) follow(ctx context.Context, s EventStream) error {
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		switch ev.GetContainerEventType() {
+		case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
+			if ev.GetPodSandboxStatus() != nil && ev.GetContainerId() == ev.GetPodSandboxStatus().GetId() {
+				l.requestResync(ctx)
+			}
+		}
+	}
+}
+
+func (l *Loop) requestResync(ctx context.Context) {
+	_ = l.do(ctx, func() { l.resync(ctx) })
+}

@@ -1,0 +1,188 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// fakeRuntime is an in-memory runtime: sandboxes and their containers.
+type fakeRuntime struct {
+	mu        sync.Mutex
+	sandboxes map[string]*runtimeapi.PodSandbox
+	statuses  map[string]*runtimeapi.PodSandboxStatusResponse
+	ctrs      map[string]*runtimeapi.Container
+	calls     []string
+	listErr   error
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{sandboxes: map[string]*runtimeapi.PodSandbox{}, statuses: map[string]*runtimeapi.PodSandboxStatusResponse{}, ctrs: map[string]*runtimeapi.Container{}}
+}
+
+func (f *fakeRuntime) addSandbox(id, uid string, attempt uint32, ready bool, created time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	if ready {
+		st = runtimeapi.PodSandboxState_SANDBOX_READY
+	}
+	md := &runtimeapi.PodSandboxMetadata{Name: "n-" + uid, Namespace: "default", Uid: uid, Attempt: attempt}
+	f.sandboxes[id] = &runtimeapi.PodSandbox{Id: id, Metadata: md, State: st, CreatedAt: created.UnixNano()}
+	f.statuses[id] = &runtimeapi.PodSandboxStatusResponse{Status: &runtimeapi.PodSandboxStatus{Id: id, Metadata: md, State: st, CreatedAt: created.UnixNano(),
+		Annotations: map[string]string{}, Linux: &runtimeapi.LinuxPodSandboxStatus{}}}
+	f.ctrs["c-"+id] = &runtimeapi.Container{Id: "c-" + id, PodSandboxId: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
+}
+
+func (f *fakeRuntime) record(s string) { f.calls = append(f.calls, s) }
+
+func (f *fakeRuntime) ListPodSandbox(_ context.Context, _ *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	var out []*runtimeapi.PodSandbox
+	for _, s := range f.sandboxes {
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) PodSandboxStatus(_ context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.statuses[id]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "sandbox %q not found", id)
+	}
+	return st, nil
+}
+
+func (f *fakeRuntime) ListContainers(_ context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*runtimeapi.Container
+	for _, c := range f.ctrs {
+		if filter == nil || filter.PodSandboxId == "" || c.PodSandboxId == filter.PodSandboxId {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(fmt.Sprintf("StopContainer %s %d", id, timeout))
+	if c, ok := f.ctrs[id]; ok {
+		c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+	}
+	return nil
+}
+
+func (f *fakeRuntime) StopPodSandbox(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("StopPodSandbox " + id)
+	if s, ok := f.sandboxes[id]; ok {
+		s.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	}
+	return nil
+}
+
+func (f *fakeRuntime) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// memStore is an in-memory checkpoint store.
+type memStore struct {
+	mu   sync.Mutex
+	recs map[string]checkpoint.Record
+	err  error
+}
+
+func newMemStore() *memStore { return &memStore{recs: map[string]checkpoint.Record{}} }
+
+func (s *memStore) Put(r checkpoint.Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.recs[r.Pod.Key()] = r
+	return nil
+}
+
+func (s *memStore) List() ([]checkpoint.Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []checkpoint.Record
+	for _, r := range s.recs {
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *memStore) Delete(key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.recs, key)
+	return nil
+}
+
+func (s *memStore) get(key string) (checkpoint.Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[key]
+	return r, ok
+}
+
+// ruleEvictor refuses BestEffort non-critical pods while pressure is set and
+// evicts the first evictable active pod on Synchronize.
+type ruleEvictor struct {
+	pressure atomic.Bool
+	kill     evictor.KillPodFunc
+	admits   int
+	syncs    int
+}
+
+func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
+	e.admits++
+	if e.pressure.Load() && !a.Pod.Critical && a.Pod.QOS == pod.BestEffort {
+		return evictor.Result{Reason: "Evicted", Message: "The node had condition: [MemoryPressure]. "}
+	}
+	return evictor.Result{Admit: true}
+}
+
+func (e *ruleEvictor) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error) {
+	e.syncs++
+	if !e.pressure.Load() {
+		return nil, nil
+	}
+	for _, p := range active {
+		if p.Evictable {
+			return p, e.kill(ctx, p, time.Second)
+		}
+	}
+	return nil, nil
+}
+
+func testLog() *logrus.Entry {
+	l := logrus.New()
+	l.SetLevel(logrus.WarnLevel)
+	return logrus.NewEntry(l)
+}

@@ -1,0 +1,247 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// Runtime is what the loop needs of containerd (runtimeproxy.Client).
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	PodSandboxStatus(ctx context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	StopContainer(ctx context.Context, id string, timeoutSeconds int64) error
+	StopPodSandbox(ctx context.Context, id string) error
+}
+
+// Store keeps the checkpoints (checkpoint.Store).
+type Store interface {
+	Put(r checkpoint.Record) error
+	List() ([]checkpoint.Record, error)
+	Delete(key string) error
+}
+
+// Evictor makes the decisions (evictor.Manager).
+type Evictor interface {
+	Admit(a *evictor.Attributes) evictor.Result
+	Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error)
+}
+
+// Config holds the loop's settings.
+type Config struct {
+	// HousekeepingInterval is how often Synchronize runs without a trigger.
+	HousekeepingInterval time.Duration
+	// EnforceRestored stops restored pods that admission refuses; when
+	// false they are only logged (restoredPods: warn).
+	EnforceRestored bool
+	// Rules derives critical flags for adopted sandboxes.
+	Rules pod.CriticalRules
+	// StopTimeout bounds one eviction (grace period plus this).
+	StopTimeout time.Duration
+}
+
+// Options are the loop's dependencies.
+type Options struct {
+	Runtime Runtime
+	Store   Store
+	Evictor Evictor
+	Log     *logrus.Entry
+	Now     func() time.Time
+	// Watchdog is called after every housekeeping pass (sd_notify WATCHDOG).
+	Watchdog func()
+}
+
+// Loop is the sync loop.
+type Loop struct {
+	cfg     Config
+	rt      Runtime
+	store   Store
+	ev      Evictor
+	log     *logrus.Entry
+	now     func() time.Time
+	wdog    func()
+	updates chan func()
+	trigger chan struct{}
+	ready   chan struct{}
+
+	// owned by the loop goroutine
+	pods      map[string]*pod.Pod // by pod key
+	evicting  bool
+	closeOnce sync.Once
+	done      chan struct{}
+
+	mu   sync.Mutex // guards view
+	view []*pod.Pod
+}
+
+// New builds a loop; call Restore, then Run.
+func New(cfg Config, o Options) (*Loop, error) {
+	if o.Runtime == nil || o.Store == nil || o.Evictor == nil {
+		return nil, errors.New("new sync loop: runtime, store and evictor are required")
+	}
+	if cfg.HousekeepingInterval <= 0 {
+		cfg.HousekeepingInterval = 10 * time.Second
+	}
+	if cfg.StopTimeout <= 0 {
+		cfg.StopTimeout = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	return &Loop{
+		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, log: o.Log, now: o.Now, wdog: o.Watchdog,
+		updates: make(chan func()),
+		trigger: make(chan struct{}, 1),
+		ready:   make(chan struct{}),
+		pods:    map[string]*pod.Pod{},
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// ErrStopped is returned by calls made after the loop has stopped.
+var ErrStopped = errors.New("sync loop stopped")
+
+// do runs f on the loop goroutine and waits for it.
+func (l *Loop) do(ctx context.Context, f func()) error {
+	finished := make(chan struct{})
+	select {
+	case l.updates <- func() { f(); close(finished) }:
+	case <-l.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-finished:
+		return nil
+	case <-l.done:
+		return ErrStopped
+	}
+}
+
+// Trigger asks for a housekeeping pass now (a PSI trigger fired). It never blocks.
+func (l *Loop) Trigger() {
+	select {
+	case l.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run is the loop: it returns when ctx ends.
+func (l *Loop) Run(ctx context.Context) error {
+	defer l.closeOnce.Do(func() { close(l.done) })
+	tick := time.NewTicker(l.cfg.HousekeepingInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-l.updates:
+			f()
+		case <-tick.C:
+			l.housekeeping(ctx, "tick")
+		case <-l.trigger:
+			l.housekeeping(ctx, "psi")
+		}
+	}
+}
+
+// SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
+func (l *Loop) SyncOnce(ctx context.Context) error {
+	return l.do(ctx, func() { l.housekeeping(ctx, "manual") })
+}
+
+// housekeeping resyncs with the runtime, then lets the evictor act.
+func (l *Loop) housekeeping(ctx context.Context, why string) {
+	if l.wdog != nil {
+		defer l.wdog()
+	}
+	l.resync(ctx)
+	if l.evicting {
+		return // one eviction at a time: wait until the last one is done
+	}
+	victim, err := l.ev.Synchronize(ctx, l.active())
+	if err != nil {
+		l.log.WithError(err).WithField("trigger", why).Warn("eviction pass failed")
+	}
+	_ = victim
+}
+
+// active returns the ready pods, oldest first.
+func (l *Loop) active() []*pod.Pod {
+	out := make([]*pod.Pod, 0, len(l.pods))
+	for _, p := range l.pods {
+		if p.State == pod.StateReady {
+			out = append(out, p)
+		}
+	}
+	sortByCreated(out)
+	return out
+}
+
+func sortByCreated(ps []*pod.Pod) {
+	slices.SortStableFunc(ps, func(a, b *pod.Pod) int { return a.Created.Compare(b.Created) })
+}
+
+// publish refreshes the readers' view; called on the loop goroutine after changes.
+func (l *Loop) publish() {
+	v := make([]*pod.Pod, 0, len(l.pods))
+	for _, p := range l.pods {
+		v = append(v, p.Clone())
+	}
+	sortByCreated(v)
+	l.mu.Lock()
+	l.view = v
+	l.mu.Unlock()
+}
+
+// Pods returns a snapshot of the pods the loop knows, oldest first.
+func (l *Loop) Pods() []*pod.Pod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.view
+}
+
+// Ready is closed once Restore has finished and calls may be served.
+func (l *Loop) Ready() <-chan struct{} { return l.ready }
+
+// bySandbox finds a pod by its sandbox id (loop goroutine only).
+func (l *Loop) bySandbox(id string) *pod.Pod {
+	for _, p := range l.pods {
+		if p.SandboxID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// checkpoint writes the pod's record; errors are logged and returned.
+func (l *Loop) checkpoint(p *pod.Pod) error {
+	if err := l.store.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}); err != nil {
+		l.log.WithError(err).WithFields(podFields(p)).Error("cannot write checkpoint")
+		return fmt.Errorf("checkpoint pod %q: %w", p.String(), err)
+	}
+	return nil
+}
+
+func podFields(p *pod.Pod) logrus.Fields {
+	f := logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID, "qos": p.QOS}
+	if p.SandboxID != "" {
+		f["pod_sandbox_id"] = p.SandboxID
+	}
+	return f
+}

@@ -1,0 +1,282 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+type harness struct {
+	loop  *Loop
+	rt    *fakeRuntime
+	store *memStore
+	ev    *ruleEvictor
+}
+
+func newHarness(t *testing.T, enforce bool) *harness {
+	t.Helper()
+	h := &harness{rt: newFakeRuntime(), store: newMemStore(), ev: &ruleEvictor{}}
+	l, err := New(Config{HousekeepingInterval: time.Hour, EnforceRestored: enforce}, Options{Runtime: h.rt, Store: h.store, Evictor: h.ev, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ev.kill = l.KillPod
+	h.loop = l
+	return h
+}
+
+func (h *harness) start(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.loop.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func newPod(uid string, attempt uint32, qos pod.QOSClass, critical bool) *pod.Pod {
+	return &pod.Pod{UID: uid, Name: "n-" + uid, Namespace: "default", Attempt: attempt, QOS: qos,
+		Critical: critical, Evictable: !critical, Created: time.Unix(1000, 0)}
+}
+
+func TestAdmitSandbox(t *testing.T) {
+	tests := []struct {
+		name      string
+		pressure  bool
+		qos       pod.QOSClass
+		critical  bool
+		wantAdmit bool
+	}{
+		{"no pressure besteffort", false, pod.BestEffort, false, true},
+		{"pressure besteffort", true, pod.BestEffort, false, false},
+		{"pressure burstable", true, pod.Burstable, false, true},
+		{"pressure critical besteffort", true, pod.BestEffort, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			h.start(t)
+			h.ev.pressure.Store(tt.pressure)
+			p := newPod("u1", 0, tt.qos, tt.critical)
+			for range 2 { // the kubelet's retry of the same attempt gets the same decision
+				r, err := h.loop.AdmitSandbox(context.Background(), p.Clone())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Admit != tt.wantAdmit {
+					t.Fatalf("admit = %v, want %v (%+v)", r.Admit, tt.wantAdmit, r)
+				}
+			}
+			rec, ok := h.store.get(p.Key())
+			if ok != tt.wantAdmit {
+				t.Fatalf("pending checkpoint present = %v, want %v", ok, tt.wantAdmit)
+			}
+			if ok && rec.State != pod.StatePending {
+				t.Fatalf("checkpoint state = %q, want pending", rec.State)
+			}
+		})
+	}
+}
+
+func TestAdmitSandboxCheckpointFailureRefusesForwarding(t *testing.T) {
+	h := newHarness(t, true)
+	h.start(t)
+	h.store.err = errors.New("disk full")
+	if _, err := h.loop.AdmitSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false)); err == nil {
+		t.Fatal("want an error when the pending checkpoint cannot be written")
+	}
+	if n := len(h.loop.Pods()); n != 0 {
+		t.Fatalf("pods = %d, want 0", n)
+	}
+}
+
+func TestSandboxLifecycle(t *testing.T) {
+	h := newHarness(t, true)
+	h.start(t)
+	p := newPod("u1", 0, pod.Burstable, false)
+	if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	h.loop.SandboxCreated(p, "sb1")
+	rec, ok := h.store.get(p.Key())
+	if !ok || rec.SandboxID != "sb1" || rec.State != pod.StateReady {
+		t.Fatalf("record after create = %+v, %v", rec, ok)
+	}
+	h.loop.SandboxStopped("sb1")
+	if rec, _ := h.store.get(p.Key()); rec.State != pod.StateStopped {
+		t.Fatalf("record state after stop = %q", rec.State)
+	}
+	h.loop.SandboxRemoved("sb1")
+	if _, ok := h.store.get(p.Key()); ok {
+		t.Fatal("record still there after remove")
+	}
+	if n := len(h.loop.Pods()); n != 0 {
+		t.Fatalf("pods = %d, want 0", n)
+	}
+}
+
+func TestSandboxFailed(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		wantKept bool
+	}{
+		{"definite failure drops the record", status.Error(codes.InvalidArgument, "bad"), false},
+		{"deadline keeps it for reconciliation", status.Error(codes.DeadlineExceeded, "late"), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			h.start(t)
+			p := newPod("u1", 0, pod.Burstable, false)
+			if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+			h.loop.SandboxFailed(p, tt.err)
+			if _, ok := h.store.get(p.Key()); ok != tt.wantKept {
+				t.Fatalf("record kept = %v, want %v", ok, tt.wantKept)
+			}
+		})
+	}
+}
+
+func TestRestoreReconciles(t *testing.T) {
+	h := newHarness(t, true)
+	t0 := time.Unix(5000, 0)
+	// a: checkpointed and running; b: checkpointed but gone; c: pending that
+	// containerd did create; d: running without record (adopted); e: pending never created.
+	h.rt.addSandbox("sa", "a", 0, true, t0)
+	h.rt.addSandbox("sc", "c", 0, true, t0.Add(time.Second))
+	h.rt.addSandbox("sd", "d", 0, true, t0.Add(2*time.Second))
+	put := func(p *pod.Pod, st pod.State, id string) {
+		p.State, p.SandboxID = st, id
+		if err := h.store.Put(checkpoint.Record{Pod: *p, State: st, SandboxID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(newPod("a", 0, pod.Burstable, false), pod.StateReady, "sa")
+	put(newPod("b", 0, pod.Burstable, false), pod.StateReady, "sb")
+	put(newPod("c", 0, pod.Burstable, false), pod.StatePending, "")
+	put(newPod("e", 0, pod.Burstable, false), pod.StatePending, "")
+	rep, err := h.loop.Restore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RestoreReport{Records: 4, Dropped: 2, Completed: 1, Adopted: 1, Admitted: 3}
+	if rep != want {
+		t.Fatalf("report = %+v, want %+v", rep, want)
+	}
+	for _, key := range []string{"b/0", "e/0"} {
+		if _, ok := h.store.get(key); ok {
+			t.Errorf("record %s should be dropped", key)
+		}
+	}
+	if rec, ok := h.store.get("c/0"); !ok || rec.SandboxID != "sc" || rec.State != pod.StateReady {
+		t.Errorf("pending record c not completed: %+v", rec)
+	}
+	if _, ok := h.store.get("d/0"); !ok {
+		t.Error("adopted sandbox d has no record")
+	}
+	select {
+	case <-h.loop.Ready():
+	default:
+		t.Fatal("Ready not closed after Restore")
+	}
+}
+
+func TestRestoreUnderPressure(t *testing.T) {
+	for _, enforce := range []bool{true, false} {
+		name := map[bool]string{true: "enforce", false: "warn"}[enforce]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, enforce)
+			h.ev.pressure.Store(true)
+			h.rt.addSandbox("s-be", "be", 0, true, time.Unix(1, 0))
+			h.rt.addSandbox("s-crit", "crit", 0, true, time.Unix(2, 0))
+			be := newPod("be", 0, pod.BestEffort, false)
+			crit := newPod("crit", 0, pod.BestEffort, true)
+			for id, p := range map[string]*pod.Pod{"s-be": be, "s-crit": crit} {
+				p.State, p.SandboxID = pod.StateReady, id
+				_ = h.store.Put(checkpoint.Record{Pod: *p, State: pod.StateReady, SandboxID: id})
+			}
+			rep, err := h.loop.Restore(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped := slices.Contains(h.rt.Calls(), "StopPodSandbox s-be")
+			if stopped != enforce || slices.Contains(h.rt.Calls(), "StopPodSandbox s-crit") {
+				t.Fatalf("calls = %v (enforce=%v)", h.rt.Calls(), enforce)
+			}
+			if rep.Refused != 1 {
+				t.Fatalf("refused = %d, want 1", rep.Refused)
+			}
+		})
+	}
+}
+
+func TestHousekeepingEvictsOneAtATime(t *testing.T) {
+	h := newHarness(t, true)
+	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t)
+	h.ev.pressure.Store(true)
+	ctx := context.Background()
+	if err := h.loop.SyncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s1") })
+	calls := h.rt.Calls()
+	if i, j := slices.Index(calls, "StopContainer c-s1 1"), slices.Index(calls, "StopPodSandbox s1"); i < 0 || i > j {
+		t.Fatalf("want StopContainer with the grace period before StopPodSandbox: %v", calls)
+	}
+	// the next pass may stop the second pod only after the first is done
+	waitFor(t, func() bool {
+		_ = h.loop.SyncOnce(ctx)
+		return slices.Contains(h.rt.Calls(), "StopPodSandbox s2")
+	})
+	if got := strings.Count(strings.Join(h.rt.Calls(), ","), "StopPodSandbox"); got != 2 {
+		t.Fatalf("StopPodSandbox calls = %d, want 2", got)
+	}
+}
+
+func TestResyncDropsVanishedSandbox(t *testing.T) {
+	h := newHarness(t, true)
+	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t)
+	h.rt.mu.Lock()
+	delete(h.rt.sandboxes, "s1")
+	h.rt.mu.Unlock()
+	if err := h.loop.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.loop.Pods()); n != 0 {
+		t.Fatalf("pods = %d after the sandbox vanished, want 0", n)
+	}
+	if _, ok := h.store.get("p1/0"); ok {
+		t.Fatal("record of a vanished sandbox kept")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,139 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// RestoreReport says what start-up reconciliation did.
+type RestoreReport struct {
+	Records, Dropped, Completed, Adopted, Admitted, Refused, Stopped int
+}
+
+// Restore loads the checkpoints, reconciles them with what the runtime runs,
+// and replays the live pods as one RESTORE update through admission, oldest
+// first. Restored pods that admission refuses are stopped when
+// EnforceRestored is set, else logged. It must run before Run; it closes
+// Ready when done.
+func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
+	var rep RestoreReport
+	recs, err := l.store.List()
+	if err != nil {
+		return rep, fmt.Errorf("restore: %w", err)
+	}
+	sbs, err := l.rt.ListPodSandbox(ctx, nil)
+	if err != nil {
+		return rep, fmt.Errorf("restore: %w", err)
+	}
+	rep.Records = len(recs)
+	byID := make(map[string]*runtimeapi.PodSandbox, len(sbs))
+	byKey := make(map[string]*runtimeapi.PodSandbox, len(sbs))
+	for _, sb := range sbs {
+		byID[sb.GetId()] = sb
+		md := sb.GetMetadata()
+		byKey[pod.Key(md.GetUid(), md.GetAttempt())] = sb
+	}
+	known := map[string]bool{}
+	for _, rec := range recs {
+		p := rec.Pod.Clone()
+		p.State, p.SandboxID = rec.State, rec.SandboxID
+		sb, ok := byID[p.SandboxID]
+		if p.SandboxID == "" {
+			// pending: did containerd create it before we went down?
+			sb, ok = byKey[p.Key()]
+			if ok {
+				p.SandboxID = sb.GetId()
+				rep.Completed++
+			}
+		}
+		if !ok || known[sb.GetId()] {
+			if err := l.store.Delete(p.Key()); err != nil {
+				l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
+			}
+			rep.Dropped++
+			continue
+		}
+		known[sb.GetId()] = true
+		p.State = stateOf(sb)
+		if p.Created.IsZero() {
+			p.Created = timeOf(sb)
+		}
+		l.pods[p.Key()] = p
+		if p.State != rec.State || p.SandboxID != rec.SandboxID {
+			_ = l.checkpoint(p)
+		}
+	}
+	for _, sb := range sbs {
+		if known[sb.GetId()] || sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		p, err := l.adopt(ctx, sb)
+		if err != nil {
+			l.log.WithError(err).WithField("pod_sandbox_id", sb.GetId()).Warn("cannot adopt sandbox")
+			continue
+		}
+		if _, dup := l.pods[p.Key()]; dup {
+			continue
+		}
+		l.pods[p.Key()] = p
+		_ = l.checkpoint(p)
+		rep.Adopted++
+	}
+	restored := l.active()
+	for _, p := range restored {
+		r := l.ev.Admit(&evictor.Attributes{Pod: p, Restored: true})
+		if r.Admit {
+			rep.Admitted++
+			continue
+		}
+		rep.Refused++
+		fields := podFields(p)
+		if !l.cfg.EnforceRestored {
+			l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod would be refused (restoredPods: warn)")
+			continue
+		}
+		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: stopping it")
+		if err := l.stopPod(ctx, p, l.cfg.StopTimeout); err != nil {
+			l.log.WithError(err).WithFields(fields).Error("cannot stop refused restored pod")
+			continue
+		}
+		p.State = pod.StateStopped
+		_ = l.checkpoint(p)
+		rep.Stopped++
+	}
+	l.publish()
+	close(l.ready)
+	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).
+		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
+		WithField("stopped", rep.Stopped).Info("restore done")
+	return rep, nil
+}
+
+// adopt builds a pod for a ready sandbox that has no checkpoint.
+func (l *Loop) adopt(ctx context.Context, sb *runtimeapi.PodSandbox) (*pod.Pod, error) {
+	st, err := l.rt.PodSandboxStatus(ctx, sb.GetId())
+	if err != nil {
+		return nil, err
+	}
+	p, err := pod.FromSandboxStatus(st.GetStatus(), st.GetInfo(), l.cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("adopt sandbox %q: %w", sb.GetId(), err)
+	}
+	p.State = pod.StateReady
+	return p, nil
+}
+
+func stateOf(sb *runtimeapi.PodSandbox) pod.State {
+	if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return pod.StateReady
+	}
+	return pod.StateStopped
+}
+
+func timeOf(sb *runtimeapi.PodSandbox) time.Time { return time.Unix(0, sb.GetCreatedAt()) }
