@@ -52,8 +52,8 @@ log: {level: debug, format: json}
 		{name: "bad enums, all reported", yaml: "onStatsError: maybe\nrestoredPods: later\ncritical: {rules: old}\nlog: {level: loud, format: xml}\n",
 			wantErr: []string{"onStatsError: must be admit or reject", "restoredPods: must be enforce or warn", "critical.rules: must be modern or seed", "log.level", "log.format"}},
 		{name: "relative path", yaml: "stateDir: var/lib\n", wantErr: []string{`stateDir: must be an absolute path, got "var/lib"`}},
-		{name: "bad trigger window", yaml: "psiTrigger: some 150000 20000000\n", wantErr: []string{"psiTrigger: window must be 500ms to 10s"}},
-		{name: "bad trigger form", yaml: "psiTrigger: most 1 2\n", wantErr: []string{"psiTrigger: want"}},
+		{name: "bad trigger window", yaml: "psiTrigger: some 150000 20000000\n", wantErr: []string{"psiTrigger: psi trigger \"some 150000 20000000\": window must be"}},
+		{name: "bad trigger form", yaml: "psiTrigger: most 1 2\n", wantErr: []string{"psiTrigger: psi trigger \"most 1 2\": want"}},
 		{name: "trigger disabled", yaml: "psiTrigger: \"\"\n", check: func(t *testing.T, c Config) {
 			if c.PSITrigger != "" {
 				t.Fatalf("psiTrigger = %q", c.PSITrigger)

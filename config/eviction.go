@@ -2,9 +2,6 @@ package config
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
@@ -41,33 +38,9 @@ func (c Config) validateEviction() []error {
 		errs = append(errs, fmt.Errorf("critical: %w", err))
 	}
 	if c.PSITrigger != "" {
-		if err := ValidatePSITrigger(c.PSITrigger); err != nil {
+		if _, err := pressure.NewTrigger("", c.PSITrigger); err != nil {
 			errs = append(errs, fmt.Errorf("psiTrigger: %w", err))
 		}
 	}
 	return errs
-}
-
-// ValidatePSITrigger checks a trigger "some|full <stall µs> <window µs>": the
-// kernel takes windows of 500ms to 10s, stall at most the window; an
-// unprivileged writer (no CAP_SYS_RESOURCE) only windows that are multiples
-// of 2 s.
-func ValidatePSITrigger(s string) error {
-	f := strings.Fields(s)
-	if len(f) != 3 || (f[0] != "some" && f[0] != "full") {
-		return fmt.Errorf("want \"some|full <stall µs> <window µs>\", got %q", s)
-	}
-	stall, err1 := strconv.ParseUint(f[1], 10, 32)
-	window, err2 := strconv.ParseUint(f[2], 10, 32)
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("stall and window must be whole microseconds, got %q", s)
-	}
-	w := time.Duration(window) * time.Microsecond
-	if w < 500*time.Millisecond || w > 10*time.Second {
-		return fmt.Errorf("window must be 500ms to 10s, got %s", w)
-	}
-	if stall == 0 || stall > window {
-		return fmt.Errorf("stall must be above 0 and at most the window, got %dµs of %dµs", stall, window)
-	}
-	return nil
 }
