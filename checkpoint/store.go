@@ -200,13 +200,19 @@ func (s *Store) read(name string) (Record, error) {
 	return r, nil
 }
 
-// quarantine moves dir/name to dir/quarantine/name.<unix-nanos>. The caller
+// quarantine moves dir/name to dir/quarantine/name.<unix-nanos>[-n]. The caller
 // holds the name's lock. Failures are logged, never returned: a file that
 // cannot be moved is reported again on the next List.
 func (s *Store) quarantine(name string, cause error) {
 	src := filepath.Join(s.dir, name)
 	qdir := filepath.Join(s.dir, QuarantineDir)
 	dst := filepath.Join(qdir, name+"."+strconv.FormatInt(s.now().UnixNano(), 10))
+	for i := 1; ; i++ { // never overwrite an earlier quarantined file
+		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) || i > 1000 {
+			break
+		}
+		dst = filepath.Join(qdir, name+"."+strconv.FormatInt(s.now().UnixNano(), 10)+"-"+strconv.Itoa(i))
+	}
 	log := s.log.WithFields(logrus.Fields{"path": src, "quarantine_path": dst}).WithError(cause)
 	if err := os.MkdirAll(qdir, 0o700); err != nil {
 		log.WithField("move_error", err.Error()).Error("cannot quarantine corrupt checkpoint")

@@ -297,3 +297,28 @@ func TestConcurrentWriters(t *testing.T) {
 		}
 	}
 }
+
+func TestQuarantineKeepsEarlierFiles(t *testing.T) {
+	s, _ := newStore(t) // fixed clock: both quarantine names start alike
+	path := filepath.Join(s.Dir(), "u1_0.json")
+	for i, content := range []string{"first", "second"} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get("u1/0"); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Get #%d = %v, want ErrCorrupt", i, err)
+		}
+	}
+	q, err := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_0.json.*"))
+	if err != nil || len(q) != 2 {
+		t.Fatalf("quarantine = %v, %v; want 2 files", q, err)
+	}
+	seen := map[string]bool{}
+	for _, f := range q {
+		b, _ := os.ReadFile(f)
+		seen[string(b)] = true
+	}
+	if !seen["first"] || !seen["second"] {
+		t.Errorf("quarantined contents = %v", seen)
+	}
+}

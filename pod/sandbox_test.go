@@ -221,6 +221,7 @@ func TestFromSandboxStatus(t *testing.T) {
 		{"full info ready", status(runtimeapi.PodSandboxState_SANDBOX_READY, ""), containerdInfo(t, cfg), Burstable, "config", false, StateReady, "runc-info", 64 << 20, 0},
 		{"status handler wins", status(runtimeapi.PodSandboxState_SANDBOX_READY, "kata"), containerdInfo(t, cfg), Burstable, "config", false, StateReady, "kata", 64 << 20, 0},
 		{"not ready", status(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, ""), containerdInfo(t, cfg), Burstable, "config", false, StateStopped, "runc-info", 64 << 20, 0},
+		{"literal containerd 1.6 info", status(runtimeapi.PodSandboxState_SANDBOX_READY, ""), map[string]string{InfoKey: literalInfo}, Guaranteed, "config", false, StateReady, "", 128 << 20, 0},
 		{"no info", status(runtimeapi.PodSandboxState_SANDBOX_READY, ""), nil, BestEffort, "status", true, StateReady, "", 0, 1},
 		{"bad info json", status(runtimeapi.PodSandboxState_SANDBOX_READY, ""), map[string]string{InfoKey: "{nope"}, BestEffort, "status", true, StateReady, "", 0, 1},
 		{"info without config", status(runtimeapi.PodSandboxState_SANDBOX_READY, ""), map[string]string{InfoKey: `{"pid":1}`}, BestEffort, "status", true, StateReady, "", 0, 1},
@@ -242,6 +243,29 @@ func TestFromSandboxStatus(t *testing.T) {
 		})
 	}
 }
+
+// literalInfo is shaped like `crictl inspectp` "info" from containerd 1.6
+// (systemd cgroup driver), trimmed.
+const literalInfo = `{
+  "pid": 1322, "processStatus": "running", "netNamespaceClosed": false,
+  "image": "registry.k8s.io/pause:3.7", "snapshotter": "overlayfs",
+  "runtimeHandler": "", "runtimeType": "io.containerd.runc.v2",
+  "runtimeOptions": {"systemd_cgroup": true},
+  "config": {
+    "metadata": {"name": "web", "uid": "0e760759-7576-4c0b-89d0-bf5c9539026e", "namespace": "kube-system"},
+    "hostname": "web", "log_directory": "/var/log/pods/x",
+    "dns_config": {"servers": ["10.96.0.10"], "options": ["ndots:5"]},
+    "port_mappings": [{"protocol": 1, "container_port": 53}],
+    "labels": {"io.kubernetes.pod.uid": "0e760759-7576-4c0b-89d0-bf5c9539026e"},
+    "annotations": {"kubernetes.io/config.source": "api", "from": "config"},
+    "linux": {
+      "cgroup_parent": "/kubepods.slice/kubepods-pod0e760759_7576_4c0b_89d0_bf5c9539026e.slice",
+      "resources": {"cpu_period": 100000, "cpu_quota": 100000, "cpu_shares": 1024, "memory_limit_in_bytes": 134217728},
+      "security_context": {"namespace_options": {"pid": 1}, "seccomp": {}}
+    }
+  },
+  "runtimeSpec": {"ociVersion": "1.0.2-dev"}
+}`
 
 func TestFromSandboxStatusInvalid(t *testing.T) {
 	for _, st := range []*runtimeapi.PodSandboxStatus{nil, {Id: "x"}, {Id: "x", Metadata: &runtimeapi.PodSandboxMetadata{Name: "a"}}} {
