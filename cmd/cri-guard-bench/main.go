@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// benchOptions are the command-line settings.
+type benchOptions struct {
+	RuntimeEndpoint string
+	ProxyEndpoint   string
+	ProxyPID        int
+	Binary          string
+	Sandboxes       int
+	Containers      int
+	Image           string
+	CgroupRoot      string
+	WorkDir         string
+	Iterations      int
+	Clients         int
+	Duration        time.Duration
+	Rounds          int
+	ProxyEnv        string
+	CleanupRun      string
+}
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+	o := benchOptions{}
+	fs := flag.NewFlagSet("cri-guard-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "/run/containerd/containerd.sock", "containerd's CRI socket")
+	fs.StringVar(&o.ProxyEndpoint, "proxy-endpoint", "", "socket of a running cri-guard (default: start one)")
+	fs.IntVar(&o.ProxyPID, "proxy-pid", 0, "pid of the running cri-guard given by --proxy-endpoint, for CPU and memory")
+	fs.StringVar(&o.Binary, "cri-guard-binary", "", "cri-guard binary to run as a child process (default: run in-process)")
+	fs.IntVar(&o.Sandboxes, "sandboxes", 30, "pod sandboxes to create")
+	fs.IntVar(&o.Containers, "containers", 60, "containers to create, spread over the sandboxes")
+	fs.StringVar(&o.Image, "image", "registry.k8s.io/pause:3.9", "image of the containers (must be present)")
+	fs.StringVar(&o.CgroupRoot, "cgroup-parent-root", "/cri-guard-rt-pods", "cgroup parent of the sandboxes: <root>/pod<uid>")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for logs and sockets (default: a new temporary directory)")
+	fs.IntVar(&o.Iterations, "iterations", 600, "calls per method and side in the latency phase")
+	fs.IntVar(&o.Clients, "clients", 8, "concurrent clients in the throughput phase")
+	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "length of one throughput run")
+	fs.IntVar(&o.Rounds, "rounds", 2, "throughput runs per side (interleaved)")
+	fs.StringVar(&o.ProxyEnv, "cri-guard-env", "", "extra environment for the child cri-guard, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
+	fs.StringVar(&o.CleanupRun, "cleanup-run", "", "only remove what the run with this id left behind (the id is logged at start)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.ProxyEndpoint != "" && o.Binary != "" {
+		return o, errors.New("--proxy-endpoint and --cri-guard-binary are exclusive")
+	}
+	if o.Sandboxes < 1 || o.Containers < 0 || o.Iterations < 10 || o.Clients < 1 || o.Rounds < 1 {
+		return o, errors.New("--sandboxes, --iterations (>= 10), --clients and --rounds must be positive")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseBenchFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cri-guard-bench: %v\n", err)
+		os.Exit(2)
+	}
+	log := logrus.New()
+	log.SetOutput(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := benchmark(ctx, o, log.WithField("component", "bench"), os.Stdout); err != nil {
+		log.WithError(err).Error("benchmark failed")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// side is one way of reaching containerd.
+type side struct {
+	name string
+	rt   runtimeapi.RuntimeServiceClient
+	im   runtimeapi.ImageServiceClient
+}
+
+// method is one measured CRI call; i varies the arguments (e.g. which sandbox).
+type method struct {
+	name  string
+	class string // "tiny" or "list": which target applies
+	call  func(ctx context.Context, s side, i int) error
+}
+
+func methods(w *workload) []method {
+	return []method{
+		{"Version", "tiny", func(ctx context.Context, s side, _ int) error {
+			_, err := s.rt.Version(ctx, &runtimeapi.VersionRequest{})
+			return err
+		}},
+		{"Status", "tiny", func(ctx context.Context, s side, _ int) error {
+			_, err := s.rt.Status(ctx, &runtimeapi.StatusRequest{})
+			return err
+		}},
+		{"ListPodSandbox", "list", func(ctx context.Context, s side, _ int) error {
+			_, err := s.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			return err
+		}},
+		{"ListContainers", "list", func(ctx context.Context, s side, _ int) error {
+			_, err := s.rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+			return err
+		}},
+		{"ListContainerStats", "stats", func(ctx context.Context, s side, _ int) error {
+			_, err := s.rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})
+			return err
+		}},
+		{"PodSandboxStatus", "tiny", func(ctx context.Context, s side, i int) error {
+			_, err := s.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: w.sandboxIDs[i%len(w.sandboxIDs)]})
+			return err
+		}},
+		{"ImageFsInfo", "tiny", func(ctx context.Context, s side, _ int) error {
+			_, err := s.im.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+			return err
+		}},
+	}
+}
+
+// latency is the result of one method on both sides.
+type latency struct {
+	method          method
+	direct, proxied []time.Duration
+}
+
+// measureLatency calls m alternately direct and proxied n times (the order
+// flips every iteration so neither side always runs second), after a warm-up.
+func measureLatency(ctx context.Context, m method, direct, proxied side, n int) (latency, error) {
+	res := latency{method: m, direct: make([]time.Duration, 0, n), proxied: make([]time.Duration, 0, n)}
+	for i := range 20 {
+		if err := m.call(ctx, direct, i); err != nil {
+			return res, fmt.Errorf("%s direct: %w", m.name, err)
+		}
+		if err := m.call(ctx, proxied, i); err != nil {
+			return res, fmt.Errorf("%s through cri-guard: %w", m.name, err)
+		}
+	}
+	for i := range n {
+		order := []struct {
+			s   side
+			out *[]time.Duration
+		}{{direct, &res.direct}, {proxied, &res.proxied}}
+		if i%2 == 1 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, o := range order {
+			start := time.Now()
+			if err := m.call(ctx, o.s, i); err != nil {
+				return res, fmt.Errorf("%s %s: %w", m.name, o.s.name, err)
+			}
+			*o.out = append(*o.out, time.Since(start))
+		}
+	}
+	return res, nil
+}
+
+// percentile returns the p-th percentile (0..100) of ds by nearest rank.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	idx := int(float64(len(s))*p/100+0.5) - 1
+	idx = max(0, min(idx, len(s)-1))
+	return s[idx]
+}
+
+// throughput runs clients goroutines calling m for d and returns calls/s.
+func throughput(ctx context.Context, m method, s side, clients int, d time.Duration) (float64, int64, error) {
+	var calls atomic.Int64
+	var firstErr error
+	var once sync.Once
+	// Calls run on ctx, not on a deadline of d: a deadline would make the
+	// calls in flight at the end fail (on either side of the hop).
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	timer := time.AfterFunc(d, func() { stop.Store(true) })
+	defer timer.Stop()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; !stop.Load(); i += clients {
+				if err := m.call(ctx, s, i); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				calls.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, 0, fmt.Errorf("%s %s: %w", m.name, s.name, firstErr)
+	}
+	n := calls.Load()
+	return float64(n) / elapsed.Seconds(), n, nil
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/runtimeproxy"
+	"github.com/cri-guard/cri-guard/server"
+)
+
+// proxy is the cri-guard under test.
+type proxy struct {
+	endpoint string
+	pid      int // 0: unknown (no CPU/RSS figures)
+	stop     func() error
+}
+
+// startProxy starts or attaches to cri-guard as the options say.
+func startProxy(ctx context.Context, o benchOptions, workDir string, log *logrus.Entry) (*proxy, error) {
+	switch {
+	case o.ProxyEndpoint != "":
+		return &proxy{endpoint: o.ProxyEndpoint, pid: o.ProxyPID, stop: func() error { return nil }}, nil
+	case o.Binary != "":
+		sock := filepath.Join(workDir, "cri-guard.sock")
+		logf, err := os.Create(filepath.Join(workDir, "cri-guard.log"))
+		if err != nil {
+			return nil, fmt.Errorf("create cri-guard log: %w", err)
+		}
+		cmd := exec.Command(o.Binary, "--listen", sock, "--runtime-endpoint", o.RuntimeEndpoint, "--log-level", "warn")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = os.Environ()
+		if o.ProxyEnv != "" {
+			cmd.Env = append(cmd.Env, strings.Split(o.ProxyEnv, ",")...)
+		}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return nil, fmt.Errorf("start %q: %w", o.Binary, err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait(); logf.Close() }()
+		stop := func() error {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-waited:
+				return err
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				return fmt.Errorf("cri-guard pid %d did not stop on SIGTERM", cmd.Process.Pid)
+			}
+		}
+		log.WithFields(logrus.Fields{"pid": cmd.Process.Pid, "listen": sock}).Info("started cri-guard")
+		return &proxy{endpoint: sock, pid: cmd.Process.Pid, stop: stop}, nil
+	default:
+		rt, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: o.RuntimeEndpoint}, log.WithField("component", "runtimeproxy"))
+		if err != nil {
+			return nil, err
+		}
+		sock := filepath.Join(workDir, "cri-guard.sock")
+		srv, err := server.New(server.Config{Listen: sock}, rt, nil, log.WithField("component", "server"))
+		if err != nil {
+			return nil, err
+		}
+		if err := srv.Listen(); err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(sctx) }()
+		return &proxy{endpoint: sock, stop: func() error {
+			cancel()
+			err := <-done
+			_ = rt.Close()
+			return err
+		}}, nil
+	}
+}
+
+// procStats are a process's CPU time and resident memory.
+type procStats struct {
+	cpu    time.Duration // user + system, all threads
+	rssKiB int64
+}
+
+// readProcStats reads /proc/<pid>/stat (utime, stime in clock ticks, 100 Hz
+// on Linux) and VmRSS from /proc/<pid>/status.
+func readProcStats(pid int) (procStats, error) {
+	var ps procStats
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ps, fmt.Errorf("read stat of pid %d: %w", pid, err)
+	}
+	// Fields after the command name, which is in parentheses.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(fields) < 13 {
+		return ps, fmt.Errorf("parse stat of pid %d: %d fields", pid, len(fields))
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return ps, fmt.Errorf("parse stat of pid %d: bad utime/stime", pid)
+	}
+	const ticksPerSecond = 100
+	ps.cpu = time.Duration(utime+stime) * time.Second / ticksPerSecond
+
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ps, fmt.Errorf("read status of pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			ps.rssKiB, err = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return ps, fmt.Errorf("parse VmRSS of pid %d: %w", pid, err)
+			}
+		}
+	}
+	return ps, sc.Err()
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// benchLabel marks everything the benchmark creates; its value is the run id.
+const benchLabel = "cri-guard-bench"
+
+// workload is what the benchmark created.
+type workload struct {
+	runID      string
+	sandboxIDs []string
+	containers int
+}
+
+// createWorkload creates o.Sandboxes host-network sandboxes and o.Containers
+// running containers spread over them.
+func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o benchOptions, workDir, runID string, log *logrus.Entry) (*workload, error) {
+	w := &workload{runID: runID}
+	configs := make([]*runtimeapi.PodSandboxConfig, 0, o.Sandboxes)
+	for i := range o.Sandboxes {
+		uid := fmt.Sprintf("%s-%04d", runID, i)
+		logDir := filepath.Join(workDir, "pods", uid)
+		if err := os.MkdirAll(logDir, 0o750); err != nil {
+			return w, fmt.Errorf("create log dir %q: %w", logDir, err)
+		}
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("bench-%d", i), Namespace: "cri-guard-bench", Uid: uid},
+			LogDirectory: logDir,
+			Labels:       map[string]string{benchLabel: runID, "io.kubernetes.pod.name": fmt.Sprintf("bench-%d", i)},
+			Annotations:  map[string]string{"kubernetes.io/config.source": "api"},
+			Linux: &runtimeapi.LinuxPodSandboxConfig{
+				CgroupParent: fmt.Sprintf("%s/pod%s", o.CgroupRoot, uid),
+				SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+					NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+				},
+			},
+		}
+		resp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		if err != nil {
+			return w, fmt.Errorf("run pod sandbox %q: %w", uid, err)
+		}
+		w.sandboxIDs = append(w.sandboxIDs, resp.PodSandboxId)
+		configs = append(configs, cfg)
+	}
+	for j := range o.Containers {
+		i := j % len(w.sandboxIDs)
+		name := fmt.Sprintf("c%d", j)
+		resp, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			PodSandboxId: w.sandboxIDs[i],
+			Config: &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: name},
+				Image:    &runtimeapi.ImageSpec{Image: o.Image},
+				LogPath:  name + ".log",
+				Labels:   map[string]string{benchLabel: runID},
+				Linux:    &runtimeapi.LinuxContainerConfig{},
+			},
+			SandboxConfig: configs[i],
+		})
+		if err != nil {
+			return w, fmt.Errorf("create container %q in sandbox %q: %w", name, w.sandboxIDs[i], err)
+		}
+		if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: resp.ContainerId}); err != nil {
+			return w, fmt.Errorf("start container %q: %w", resp.ContainerId, err)
+		}
+		w.containers++
+	}
+	log.WithFields(logrus.Fields{"sandboxes": len(w.sandboxIDs), "containers": w.containers}).Info("workload created")
+	return w, nil
+}
+
+// cleanup removes every container and sandbox labelled with runID. It uses a
+// fresh bounded context: it runs after failures and interrupts too.
+func cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	// containerd may be restarting (shared test machine): wait for it.
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("cleanup run %q: runtime unreachable: %w", runID, err)
+	}
+	sel := map[string]string{benchLabel: runID}
+	var firstErr error
+	note := func(err error) {
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: sel}})
+	note(err)
+	for _, c := range cs.GetContainers() {
+		if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: c.Id, Timeout: 0}); err != nil {
+			note(fmt.Errorf("stop container %q: %w", c.Id, err))
+		}
+		if _, err := rt.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: c.Id}); err != nil {
+			note(fmt.Errorf("remove container %q: %w", c.Id, err))
+		}
+	}
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{LabelSelector: sel}})
+	note(err)
+	for _, s := range sbs.GetItems() {
+		if _, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id}); err != nil {
+			note(fmt.Errorf("stop pod sandbox %q: %w", s.Id, err))
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id}); err != nil {
+			note(fmt.Errorf("remove pod sandbox %q: %w", s.Id, err))
+		}
+	}
+	log.WithFields(logrus.Fields{"containers": len(cs.GetContainers()), "sandboxes": len(sbs.GetItems())}).Info("workload removed")
+	return firstErr
+}
+
+// removePodCgroups removes the empty pod cgroups runc created under
+// cgroupRoot for this run (containerd does not remove a sandbox's parent;
+// the kubelet would). Only directories named pod<runID>-* are touched.
+func removePodCgroups(cgroupRoot, runID string) error {
+	mounts, err := filepath.Glob("/sys/fs/cgroup/*")
+	if err != nil {
+		return err
+	}
+	var firstErr error
+	for _, m := range mounts {
+		dirs, _ := filepath.Glob(filepath.Join(m, cgroupRoot, "pod"+runID+"-*"))
+		for _, d := range dirs {
+			if err := removeCgroupTree(d); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return firstErr
+}
+
+// removeCgroupTree rmdirs a cgroup directory bottom-up (cgroup directories
+// are removed with rmdir, never by deleting their files).
+func removeCgroupTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove cgroup %q: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cri-guard/cri-guard/config"
+)
+
+// defaultShutdownTimeout bounds the graceful stop.
+const defaultShutdownTimeout = 10 * time.Second
+
+// options is the daemon's effective configuration: the config file (or the
+// defaults) with the flags that were given applied on top.
+type options struct {
+	// ConfigPath is --config ("" = defaults only).
+	ConfigPath string
+	Config     config.Config
+	// ShutdownTimeout bounds the graceful stop.
+	ShutdownTimeout time.Duration
+}
+
+func defaultOptions() options {
+	return options{Config: config.Default(), ShutdownTimeout: defaultShutdownTimeout}
+}
+
+// flagValues holds the raw flag values; only flags that were set override
+// the file.
+type flagValues struct {
+	config, listen, runtimeEndpoint, stateDir, cgroupRoot, procRoot, logLevel, logFormat string
+	dryRun                                                                              bool
+}
+
+func (v *flagValues) bind(fs *flag.FlagSet, d config.Config) {
+	fs.StringVar(&v.config, "config", "", "YAML config file (flags override it)")
+	fs.StringVar(&v.listen, "listen", d.Listen, "unix socket the kubelet connects to")
+	fs.StringVar(&v.runtimeEndpoint, "runtime-endpoint", d.RuntimeEndpoint, "containerd's CRI unix socket")
+	fs.StringVar(&v.stateDir, "state-dir", d.StateDir, "directory of the sandbox checkpoints")
+	fs.StringVar(&v.cgroupRoot, "cgroup-root", d.CgroupRoot, "where the cgroup filesystems are mounted")
+	fs.StringVar(&v.procRoot, "proc-root", d.ProcRoot, "where proc is mounted (meminfo, pressure/memory)")
+	fs.BoolVar(&v.dryRun, "dry-run", d.DryRun, "log and count evictions, stop nothing")
+	fs.StringVar(&v.logLevel, "log-level", d.Log.Level, "log level: trace, debug, info, warn, error")
+	fs.StringVar(&v.logFormat, "log-format", d.Log.Format, "log format: text or json")
+}
+
+// parseFlags parses the daemon command line, loads --config and applies the
+// flags that were set over it.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	o := defaultOptions()
+	var v flagValues
+	fs := flag.NewFlagSet("cri-guard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: cri-guard [flags]\n       cri-guard status [--admin PATH] [--json]\n       cri-guard check-config FILE\n       cri-guard version\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	v.bind(fs, o.Config)
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 {
+		return options{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if v.config != "" {
+		cfg, err := config.Load(v.config)
+		if err != nil {
+			return options{}, err
+		}
+		o.ConfigPath, o.Config = v.config, cfg
+	}
+	applyFlags(fs, &v, &o.Config)
+	if err := o.validate(); err != nil {
+		return options{}, err
+	}
+	return o, nil
+}
+
+// applyFlags copies the flags that were set on the command line into cfg.
+func applyFlags(fs *flag.FlagSet, v *flagValues, cfg *config.Config) {
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "listen":
+			cfg.Listen = v.listen
+		case "runtime-endpoint":
+			cfg.RuntimeEndpoint = v.runtimeEndpoint
+		case "state-dir":
+			cfg.StateDir = v.stateDir
+		case "cgroup-root":
+			cfg.CgroupRoot = v.cgroupRoot
+		case "proc-root":
+			cfg.ProcRoot = v.procRoot
+		case "dry-run":
+			cfg.DryRun = v.dryRun
+		case "log-level":
+			cfg.Log.Level = v.logLevel
+		case "log-format":
+			cfg.Log.Format = v.logFormat
+		}
+	})
+}
+
+func (o *options) validate() error {
+	if err := o.Config.Validate(); err != nil {
+		return err
+	}
+	if o.Config.Listen == o.Config.RuntimeEndpoint {
+		return fmt.Errorf("listen and runtimeEndpoint are the same socket %q", o.Config.Listen)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package runtimeproxy
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// DefaultMaxMsgSize is the largest message forwarded in either direction:
+// 16 MiB, containerd's default (defaults.DefaultMaxRecvMsgSize/SendMsgSize)
+// and the kubelet's CRI client limit. A larger message fails with
+// codes.ResourceExhausted, as it would talking to containerd directly.
+const DefaultMaxMsgSize = 16 << 20
+
+// Default reconnect backoff: short, so that after containerd comes back calls
+// succeed again within well under a second.
+const (
+	DefaultBackoffBaseDelay = 50 * time.Millisecond
+	DefaultBackoffMaxDelay  = 300 * time.Millisecond
+)
+
+// flow-control windows; fixed (static) so gRPC does not send BDP pings, which
+// cost extra writes and wake-ups on a local socket.
+const windowSize = 1 << 20
+
+// Config says how to reach the runtime.
+type Config struct {
+	// Endpoint is the runtime's unix socket: a path or a unix:// URL.
+	Endpoint string
+	// MaxMsgSize limits messages in both directions; 0 means DefaultMaxMsgSize.
+	MaxMsgSize int
+	// BackoffBaseDelay and BackoffMaxDelay bound the reconnect backoff;
+	// zero means the defaults above.
+	BackoffBaseDelay time.Duration
+	BackoffMaxDelay  time.Duration
+}
+
+// Client is the connection to the runtime. It is safe for concurrent use.
+type Client struct {
+	endpoint string
+	conn     *grpc.ClientConn
+	runtime  runtimeapi.RuntimeServiceClient
+	image    runtimeapi.ImageServiceClient
+	log      *logrus.Entry
+	rawOpts  []grpc.CallOption
+}
+
+// New creates the client and starts connecting in the background; it does not
+// wait for the runtime to be up.
+func New(cfg Config, log *logrus.Entry) (*Client, error) {
+	target, err := Target(cfg.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	max := cfg.MaxMsgSize
+	if max <= 0 {
+		max = DefaultMaxMsgSize
+	}
+	bp := backoff.DefaultConfig
+	bp.BaseDelay = DefaultBackoffBaseDelay
+	bp.MaxDelay = DefaultBackoffMaxDelay
+	if cfg.BackoffBaseDelay > 0 {
+		bp.BaseDelay = cfg.BackoffBaseDelay
+	}
+	if cfg.BackoffMaxDelay > 0 {
+		bp.MaxDelay = cfg.BackoffMaxDelay
+	}
+	conn, err := grpc.NewClient(target,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bp, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(max), grpc.MaxCallSendMsgSize(max)),
+		grpc.WithInitialWindowSize(windowSize),
+		grpc.WithInitialConnWindowSize(windowSize),
+		grpc.WithSharedWriteBuffer(true),
+		// The kubelet calls every second or so; never let the channel go idle.
+		grpc.WithIdleTimeout(0),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("dial runtime %q: %w", target, err)
+	}
+	conn.Connect()
+	return &Client{
+		endpoint: target,
+		conn:     conn,
+		runtime:  runtimeapi.NewRuntimeServiceClient(conn),
+		image:    runtimeapi.NewImageServiceClient(conn),
+		log:      log,
+		rawOpts:  []grpc.CallOption{grpc.ForceCodecV2(Codec{})},
+	}, nil
+}
+
+// Target turns a socket path or unix:// URL into a gRPC target.
+func Target(endpoint string) (string, error) {
+	p := endpoint
+	switch {
+	case strings.HasPrefix(p, "unix://"):
+		p = strings.TrimPrefix(p, "unix://")
+	case strings.Contains(p, "://"):
+		return "", fmt.Errorf("runtime endpoint %q: only unix sockets are supported", endpoint)
+	}
+	if p == "" {
+		return "", fmt.Errorf("runtime endpoint %q: empty path", endpoint)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("runtime endpoint %q: %w", endpoint, err)
+	}
+	return "unix://" + abs, nil
+}
+
+// Endpoint returns the runtime target, e.g. unix:///run/containerd/containerd.sock.
+func (c *Client) Endpoint() string { return c.endpoint }
+
+// State returns the connection state to the runtime (for metrics and status).
+func (c *Client) State() connectivity.State { return c.conn.GetState() }
+
+// WaitForStateChange blocks until the state differs from s or ctx is done; it
+// reports whether the state changed.
+func (c *Client) WaitForStateChange(ctx context.Context, s connectivity.State) bool {
+	return c.conn.WaitForStateChange(ctx, s)
+}
+
+// Runtime returns a typed RuntimeService client on the same connection. Its
+// errors are not rewritten by Client.
+func (c *Client) Runtime() runtimeapi.RuntimeServiceClient { return c.runtime }
+
+// Image returns a typed ImageService client on the same connection.
+func (c *Client) Image() runtimeapi.ImageServiceClient { return c.image }
+
+// Close closes the connection. It is idempotent.
+func (c *Client) Close() error {
+	if err := c.conn.Close(); err != nil && status.Code(err) != codes.Canceled {
+		return fmt.Errorf("close runtime connection %q: %w", c.endpoint, err)
+	}
+	return nil
+}
+
+// Invoke forwards one unary call as raw bytes. Errors from the runtime come back
+// unchanged; a call that could not reach the runtime fails with
+// codes.Unavailable naming the endpoint.
+func (c *Client) Invoke(ctx context.Context, method string, req, resp *Frame, opts ...grpc.CallOption) error {
+	o := c.rawOpts
+	if len(opts) > 0 {
+		o = append(append(make([]grpc.CallOption, 0, len(opts)+1), c.rawOpts...), opts...)
+	}
+	return c.mapErr(c.conn.Invoke(ctx, method, req, resp, o...))
+}
+
+// NewStream opens a raw stream for any method; messages are *Frame. Its errors
+// are mapped like Invoke's at creation; RecvMsg errors are passed through
+// MapError by the caller if needed.
+func (c *Client) NewStream(ctx context.Context, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	o := append(append(make([]grpc.CallOption, 0, len(opts)+1), c.rawOpts...), opts...)
+	// Every raw stream is bidirectional: a unary or server-streaming method
+	// is the same on the wire, one message up and a half-close.
+	cs, err := c.conn.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method, o...)
+	if err != nil {
+		return nil, c.mapErr(err)
+	}
+	return cs, nil
+}
+
+// MapError rewrites a transport-level Unavailable (the runtime socket could not
+// be reached) into one that names the endpoint; every other error, including
+// an Unavailable containerd itself returned while connected, is returned
+// unchanged.
+func (c *Client) MapError(err error) error { return c.mapErr(err) }
+
+func (c *Client) mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable || c.conn.GetState() == connectivity.Ready {
+		return err
+	}
+	if strings.Contains(st.Message(), c.endpoint) {
+		return err
+	}
+	return status.Errorf(codes.Unavailable, "runtime endpoint %s unavailable: %s", c.endpoint, st.Message())
+}
+
+// IsUnavailable reports whether err is a gRPC Unavailable (the runtime could
+// not be reached or said it is not serving).
+func IsUnavailable(err error) bool {
+	return status.Code(err) == codes.Unavailable
+}

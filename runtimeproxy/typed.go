@@ -1,0 +1,97 @@
+package runtimeproxy
+
+import (
+	"context"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ListPodSandbox lists sandboxes matching filter (nil: all).
+func (c *Client) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	resp, err := c.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
+	if err != nil {
+		return nil, fmt.Errorf("list pod sandboxes: %w", c.mapErr(err))
+	}
+	return resp.GetItems(), nil
+}
+
+// PodSandboxStatus returns the verbose status of one sandbox (the info map
+// carries containerd's view, including the sandbox config).
+func (c *Client) PodSandboxStatus(ctx context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error) {
+	resp, err := c.runtime.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+	if err != nil {
+		return nil, fmt.Errorf("pod sandbox status %q: %w", id, c.mapErr(err))
+	}
+	return resp, nil
+}
+
+// ListContainers lists containers matching filter (nil: all).
+func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", c.mapErr(err))
+	}
+	return resp.GetContainers(), nil
+}
+
+// StopContainer stops a container, giving it timeoutSeconds before SIGKILL.
+func (c *Client) StopContainer(ctx context.Context, id string, timeoutSeconds int64) error {
+	if _, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeoutSeconds}); err != nil {
+		return fmt.Errorf("stop container %q: %w", id, c.mapErr(err))
+	}
+	return nil
+}
+
+// StopPodSandbox stops a sandbox and whatever still runs in it.
+func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
+	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+		return fmt.Errorf("stop pod sandbox %q: %w", id, c.mapErr(err))
+	}
+	return nil
+}
+
+// ContainerEvents is an open GetContainerEvents stream.
+type ContainerEvents interface {
+	// Recv blocks for the next event; it returns an error when the stream
+	// ends (the runtime restarted, ctx was cancelled).
+	Recv() (*runtimeapi.ContainerEventResponse, error)
+}
+
+// GetContainerEvents opens the runtime's container event stream. Cancel ctx to
+// close it.
+func (c *Client) GetContainerEvents(ctx context.Context) (ContainerEvents, error) {
+	s, err := c.runtime.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("get container events: %w", c.mapErr(err))
+	}
+	return &eventStream{s: s, c: c}, nil
+}
+
+type eventStream struct {
+	s runtimeapi.RuntimeService_GetContainerEventsClient
+	c *Client
+}
+
+func (e *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
+	ev, err := e.s.Recv()
+	if err != nil {
+		return nil, e.c.mapErr(err)
+	}
+	return ev, nil
+}
+
+// RunPodSandbox forwards a decoded RunPodSandbox request. Unlike the helpers
+// above, its error is the runtime's status unchanged (only transport failures
+// are rewritten to name the endpoint): it goes back to the kubelet as is.
+func (c *Client) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	resp, err := c.runtime.RunPodSandbox(ctx, req)
+	return resp, c.mapErr(err)
+}
+
+// RemovePodSandbox forwards a decoded RemovePodSandbox request; errors as for
+// RunPodSandbox.
+func (c *Client) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	resp, err := c.runtime.RemovePodSandbox(ctx, req)
+	return resp, c.mapErr(err)
+}

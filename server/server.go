@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+
+	"github.com/cri-guard/cri-guard/runtimeproxy"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultShutdownTimeout = 10 * time.Second
+	// windowSize is the fixed HTTP/2 flow-control window (stream and
+	// connection). Fixed windows switch off BDP estimation pings.
+	windowSize = 1 << 20
+)
+
+// Config configures the server.
+type Config struct {
+	// Listen is the unix socket path the kubelet connects to.
+	Listen string
+	// MaxMsgSize limits messages both ways; 0 means
+	// runtimeproxy.DefaultMaxMsgSize (16 MiB, as containerd).
+	MaxMsgSize int
+	// ShutdownTimeout bounds the graceful stop: in-flight calls get this long
+	// to finish, then connections are closed. 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// StreamWorkers is the number of pooled goroutines serving calls; 0 means
+	// GOMAXPROCS.
+	StreamWorkers int
+	// Observer, when set, is told of every call (see observe.go).
+	Observer Observer
+}
+
+// Backend is what the server needs from the runtime connection
+// (implemented by *runtimeproxy.Client).
+type Backend interface {
+	// Invoke forwards one unary call as raw frames.
+	Invoke(ctx context.Context, method string, req, resp *runtimeproxy.Frame, opts ...grpc.CallOption) error
+	// NewStream opens a raw bidirectional stream whose messages are *Frame.
+	NewStream(ctx context.Context, method string, opts ...grpc.CallOption) (grpc.ClientStream, error)
+}
+
+var _ Backend = (*runtimeproxy.Client)(nil)
+
+// Server is the kubelet-facing CRI server.
+type Server struct {
+	cfg     Config
+	backend Backend
+	hooks   Hooks
+	unary   map[string]bool
+	log     *logrus.Entry
+	grpc    *grpc.Server
+	pairs   sync.Pool
+
+	// drainCtx is cancelled when the server starts stopping; long-lived
+	// streams end then instead of holding up the graceful stop.
+	drainCtx context.Context
+	drain    context.CancelFunc
+
+	mu       sync.Mutex
+	lis      net.Listener
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+type framePair struct{ req, resp runtimeproxy.Frame }
+
+// New builds a server forwarding to backend. hooks may be nil; it is not
+// modified or read concurrently with writes after New.
+func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, error) {
+	if cfg.Listen == "" {
+		return nil, errors.New("new server: listen path is empty")
+	}
+	if backend == nil {
+		return nil, errors.New("new server: no runtime backend")
+	}
+	if cfg.MaxMsgSize <= 0 {
+		cfg.MaxMsgSize = runtimeproxy.DefaultMaxMsgSize
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.StreamWorkers <= 0 {
+		cfg.StreamWorkers = runtime.GOMAXPROCS(0)
+	}
+	s := &Server{
+		cfg:     cfg,
+		backend: backend,
+		hooks:   hooks,
+		unary:   unaryMethods(),
+		log:     log,
+		stopped: make(chan struct{}),
+	}
+	s.pairs.New = func() any { return new(framePair) }
+	s.drainCtx, s.drain = context.WithCancel(context.Background())
+	s.grpc = grpc.NewServer(
+		grpc.ForceServerCodecV2(runtimeproxy.Codec{}),
+		grpc.UnknownServiceHandler(s.handle),
+		grpc.MaxRecvMsgSize(cfg.MaxMsgSize),
+		grpc.MaxSendMsgSize(cfg.MaxMsgSize),
+		grpc.InitialWindowSize(windowSize),
+		grpc.InitialConnWindowSize(windowSize),
+		grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)),
+		grpc.SharedWriteBuffer(true),
+	)
+	return s, nil
+}
+
+// Listen opens the unix socket (see listenUnix for the rules on what may
+// already be there). Calls are accepted from Serve on.
+func (s *Server) Listen() error {
+	l, err := listenUnix(s.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.lis = l
+	s.mu.Unlock()
+	return nil
+}
+
+// Serve serves on the socket opened by Listen until ctx is done, then stops
+// gracefully (see Stop). It returns nil after a requested stop.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	l := s.lis
+	s.mu.Unlock()
+	if l == nil {
+		return errors.New("serve: Listen was not called")
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(l) }()
+	select {
+	case err := <-errc:
+		s.Stop()
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("serve %q: %w", s.cfg.Listen, err)
+		}
+		return nil
+	case <-ctx.Done():
+		s.Stop()
+		<-errc
+		return nil
+	}
+}
+
+// Stop stops accepting, ends long-lived streams with Unavailable, lets
+// in-flight unary calls finish for at most ShutdownTimeout, then closes
+// everything. It is idempotent and safe to call concurrently.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		s.drain()
+		done := make(chan struct{})
+		go func() {
+			s.grpc.GracefulStop()
+			close(done)
+		}()
+		timer := time.NewTimer(s.cfg.ShutdownTimeout)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			s.log.WithField("timeout", s.cfg.ShutdownTimeout).Warn("graceful stop timed out, closing connections")
+			s.grpc.Stop()
+			<-done
+		}
+		close(s.stopped)
+	})
+	<-s.stopped
+}
