@@ -104,7 +104,8 @@ type ThresholdConfig struct {
 
 // ParseThresholds parses a threshold configuration with the kubelet's rules
 // (pkg/kubelet/eviction/helpers.go ParseThresholdConfig): values are
-// resource quantities or percentages; "0%" and "100%" disable a threshold;
+// resource quantities or percentages; "0%" (any zero percentage) and "100%"
+// disable a threshold;
 // quantities must be positive; every soft threshold needs a grace period;
 // minimum reclaims apply to the hard and soft thresholds of their signal.
 // PSI signals take percentages only. Thresholds are returned hard first, then
@@ -190,6 +191,11 @@ func parseThresholdStatement(sig Signal, val string) (*Threshold, error) {
 		}
 		if p > 1 {
 			return nil, fmt.Errorf("eviction percentage threshold must be <= 100%%: %s", val)
+		}
+		if p == 0 {
+			// The kubelet ignores only the literal "0%"; "0.0%" would give a
+			// PSI threshold met by any stall. Treat every zero alike.
+			return nil, nil
 		}
 		return &Threshold{Signal: sig, Operator: op, Value: Value{Percentage: p}}, nil
 	}
