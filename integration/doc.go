@@ -1,0 +1,14 @@
+// Package integration holds cri-guard's end-to-end tests (build tag
+// `integration`): the cri-guard binary, built in TestMain, runs in front of a
+// real containerd started by scripts/rt.sh and is driven with crictl, critest
+// and a Go CRI client.
+//
+// Run them with `make test`, or by hand:
+//
+//	scripts/rt.sh up
+//	CRI_GUARD_RT=/tmp/cri-guard-rt go test -tags integration -race -count=1 ./integration/...
+//	scripts/rt.sh down
+//
+// Without CRI_GUARD_RT (or without its containerd socket) every test skips
+// and says why. The package imports nothing of cri-guard: it tests the binary.
+package integration

@@ -1,0 +1,108 @@
+//go:build integration
+
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEvictionOrder: pods of each QoS class and a critical static pod run
+// through cri-guard; pressure comes from a fake stats tree. cri-guard stops
+// the pods one per interval in the kubelet's rank order (BestEffort above
+// its request first), never the critical one; the recreation of an evicted
+// pod is refused while the pressure lasts and admitted after it.
+func TestEvictionOrder(t *testing.T) {
+	env := needRuntime(t)
+	removePodsAtCleanup(t, env)
+	stats := newFakeStats(t)
+	stats.withV1Memory(t)
+	cfg := writeConfig(t, `
+housekeepingInterval: 1s
+evictionHard: {memory.available: 1Gi}
+evictionPressureTransitionPeriod: 3s
+evictionMaxPodGracePeriod: 2s
+psiTrigger: ""
+metricsAddress: ""
+adminSocket: ""
+`)
+	g := startGuard(t, env, append(cfg, stats.args()...)...)
+	dir := t.TempDir()
+
+	type testPod struct {
+		name, qos    string
+		usage, req   int64
+		static       bool
+		uid, id, cfg string
+	}
+	pods := []*testPod{
+		{name: "guaranteed", qos: "", usage: 100 << 20, req: 500 << 20},
+		{name: "burstable", qos: "burstable", usage: 200 << 20, req: 100 << 20},
+		{name: "critical", qos: "besteffort", usage: 900 << 20, static: true},
+		{name: "besteffort", qos: "besteffort", usage: 300 << 20},
+	}
+	for _, p := range pods {
+		p.uid = newUID(t)
+		pc := qosPodConfig(p.name+"-"+p.uid[:6], p.uid, p.qos)
+		if p.static {
+			pc.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+		}
+		stats.setPodMemory(t, pc.Linux.CgroupParent, p.usage, p.req)
+		p.cfg = writeJSON(t, dir, p.uid+".json", pc)
+		p.id = crictl(t, env, g.socket, "runp", p.cfg)
+	}
+	state := func(p *testPod) string {
+		return crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", p.id)
+	}
+
+	stats.setAvailable(t, 500<<20)
+	var order []string
+	stopped := map[string]bool{}
+	// Other sandboxes in this containerd (left by other tools) are adopted
+	// too and may be ranked first; only the order among ours is checked.
+	deadline := time.Now().Add(150 * time.Second)
+	for len(order) < 3 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		for _, p := range pods {
+			if !stopped[p.name] && state(p) == "SANDBOX_NOTREADY" {
+				stopped[p.name] = true
+				order = append(order, p.name)
+			}
+		}
+	}
+	if got, want := strings.Join(order, ","), "besteffort,burstable,guaranteed"; got != want {
+		t.Fatalf("eviction order = %q, want %q\n%s", got, want, g.logTail())
+	}
+	time.Sleep(2 * time.Second) // a few more passes with only the critical pod left
+	if s := state(pods[2]); s != "SANDBOX_READY" {
+		t.Fatalf("critical pod state = %s, want SANDBOX_READY", s)
+	}
+	if !strings.Contains(g.logTail(), "unable to evict any pods") {
+		t.Errorf("no \"unable to evict any pods\" in the log with only a critical pod left")
+	}
+
+	// The kubelet recreates the evicted Burstable pod with attempt+1: refused
+	// while the pressure lasts, with the kubelet's eviction message.
+	recreate := func() (string, error) {
+		pc := qosPodConfig("burstable-"+pods[1].uid[:6], pods[1].uid, "burstable")
+		pc.Metadata.Attempt = 1
+		return crictlErr(env, g.socket, "runp", writeJSON(t, dir, "recreate.json", pc))
+	}
+	_, err := recreate()
+	if err == nil || !strings.Contains(err.Error(), "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi.") {
+		t.Fatalf("recreation of the evicted pod under pressure: %v", err)
+	}
+
+	stats.setAvailable(t, 12<<30)
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		time.Sleep(500 * time.Millisecond)
+		if _, err = recreate(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("evicted pod still refused 20s after the pressure ended: %v", err)
+		}
+	}
+}

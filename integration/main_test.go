@@ -1,0 +1,40 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// guardBin is the cri-guard binary TestMain builds; empty when the runtime
+// harness is absent (every test then skips).
+var guardBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if _, err := lookupRuntime(); err == nil {
+		dir, err := os.MkdirTemp("", "cri-guard-bin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "integration:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		bin := filepath.Join(dir, "cri-guard")
+		cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/cri-guard")
+		cmd.Dir = ".."
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "integration: build cri-guard:", err)
+			return 1
+		}
+		guardBin = bin
+	}
+	return m.Run()
+}

@@ -1,0 +1,132 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRealPSIEviction: a pod whose container makes real memory pressure
+// (tools/memhog maps a 400 MiB file in a 256 MiB container and keeps
+// writing it) is evicted by cri-guard. It runs twice side by side: with the
+// PSI trigger, and with the 10 s housekeeping alone, and reports the time
+// from the container's start (pressure onset) to the sandbox being stopped.
+func TestRealPSIEviction(t *testing.T) {
+	env := needRuntime(t)
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
+		if _, err := os.Stat("/sys/fs/cgroup/cgroup.procs"); err != nil {
+			t.Skip("no cgroup2 hierarchy: container memory PSI cannot be read here")
+		}
+	}
+	if _, err := os.Stat("/proc/pressure/memory"); err != nil {
+		t.Skip("kernel without PSI (/proc/pressure/memory): nothing to trigger on")
+	}
+	removePodsAtCleanup(t, env)
+	hog := filepath.Join(shortTempDir(t), "memhog")
+	build := exec.Command("go", "build", "-o", hog, "./tools/memhog")
+	build.Dir = repoRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build memhog: %v\n%s", err, out)
+	}
+	results := map[string]time.Duration{}
+	for _, mode := range []struct{ name, trigger string }{
+		{"psi-trigger", `"some 150000 2000000"`},
+		{"housekeeping-only", `""`},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			waitCalm(t)
+			d := evictHog(t, env, hog, mode.trigger)
+			results[mode.name] = d
+			t.Logf("%s: pressure onset to sandbox stopped: %v", mode.name, d.Round(10*time.Millisecond))
+		})
+	}
+	t.Logf("onset to StopPodSandbox: with PSI trigger %v, housekeeping (10s) alone %v",
+		results["psi-trigger"].Round(10*time.Millisecond), results["housekeeping-only"].Round(10*time.Millisecond))
+}
+
+func evictHog(t *testing.T, env runtimeEnv, hog, trigger string) time.Duration {
+	cfg := writeConfig(t, `
+housekeepingInterval: 10s
+podsCgroup: `+podCgroupRoot+`
+evictionHard: {memory.pressure.some.avg10: "2%"}
+evictionPressureTransitionPeriod: 5s
+evictionMaxPodGracePeriod: 2s
+psiTrigger: `+trigger+`
+metricsAddress: ""
+adminSocket: ""
+`)
+	g := startGuard(t, env, cfg...)
+	dir := t.TempDir()
+	data := shortTempDir(t)
+	uid := newUID(t)
+	pc := qosPodConfig("hog-"+uid[:6], uid, "besteffort")
+	pc.LogDirectory = filepath.Join(dir, "logs")
+	podJSON := writeJSON(t, dir, "pod.json", pc)
+	ctrJSON := writeJSON(t, dir, "ctr.json", map[string]any{
+		"metadata": map[string]any{"name": "memhog"},
+		"image":    map[string]any{"image": busyboxImage},
+		"command":  []string{"/memhog", "-file", "/data/hog", "-size", "400"},
+		"log_path": "memhog.log",
+		"mounts": []map[string]any{
+			{"host_path": hog, "container_path": "/memhog", "readonly": true},
+			{"host_path": data, "container_path": "/data"},
+		},
+		"linux": map[string]any{"resources": map[string]any{"memory_limit_in_bytes": 256 << 20}},
+	})
+	pod := crictl(t, env, g.socket, "runp", podJSON)
+	ctr := crictl(t, env, g.socket, "create", pod, ctrJSON, podJSON)
+	crictl(t, env, g.socket, "start", ctr)
+	onset := time.Now()
+	for {
+		st := crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", pod)
+		if st == "SANDBOX_NOTREADY" {
+			break
+		}
+		if time.Since(onset) > 60*time.Second {
+			t.Fatalf("memhog pod not evicted within 60s\n%s", g.logTail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	d := time.Since(onset)
+	if !strings.Contains(g.logTail(), "evicting pod") {
+		t.Fatalf("sandbox stopped, but not by cri-guard's eviction:\n%s", g.logTail())
+	}
+	return d
+}
+
+// waitCalm waits until the test pods' memory PSI (avg10) has decayed, so
+// that one run's pressure does not refuse the next run's pod.
+func waitCalm(t *testing.T) {
+	t.Helper()
+	p := filepath.Join("/sys/fs/cgroup/unified", podCgroupRoot, "memory.pressure")
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return // no pods cgroup yet: nothing to wait for
+		}
+		var avg10 float64
+		if _, err := fmt.Sscanf(string(b), "some avg10=%f", &avg10); err != nil || avg10 < 0.5 {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("memory PSI of %s did not calm down within 90s", p)
+}
+
+// repoRoot is the module root (the integration tests run in integration/).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
+}

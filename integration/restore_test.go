@@ -1,0 +1,122 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// TestRestoreUnderPressure: a BestEffort pod and a critical (static)
+// BestEffort pod are created through cri-guard without pressure; cri-guard
+// is stopped, memory pressure set, and cri-guard started again on the same
+// state dir. The checkpoints are replayed through admission: with
+// restoredPods: enforce the BestEffort sandbox is stopped before cri-guard
+// serves and the critical one stays ready; with restoredPods: warn both stay
+// ready.
+//
+// housekeepingInterval is an hour so that only restore acts: under pressure
+// the eviction loop would otherwise stop the BestEffort pod too, and the
+// test could not tell which of the two did it.
+//
+// Note: restore adopts every ready sandbox containerd runs, so with enforce
+// it also stops BestEffort sandboxes of tests running next to this one on
+// the same containerd; the assertions look at this test's pods only.
+func TestRestoreUnderPressure(t *testing.T) {
+	env := needRuntime(t)
+	removePodsAtCleanup(t, env)
+	tests := []struct {
+		name          string
+		restoredPods  string
+		wantBestReady bool
+	}{
+		{name: "enforce", restoredPods: "enforce", wantBestReady: false},
+		{name: "warn", restoredPods: "warn", wantBestReady: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := "restore" + newUID(t)[:8]
+			removeRunAtCleanup(t, env, run)
+			stats := newFakeStats(t)
+			cfg := writeConfig(t, `
+housekeepingInterval: 1h
+evictionHard: {memory.available: 1Gi}
+psiTrigger: ""
+metricsAddress: ""
+adminSocket: ""
+restoredPods: `+tt.restoredPods+"\n")
+			gp := newGuardProc(t, env, append(cfg, stats.args()...)...)
+			gp.start()
+
+			conn := dialSocket(t, gp.socket)
+			t.Cleanup(func() { conn.Close() })
+			rt := runtimeapi.NewRuntimeServiceClient(conn)
+			runp := func(name string, annotations map[string]string) string {
+				t.Helper()
+				uid := newUID(t)
+				pc := qosPodConfig(name+"-"+uid[:6], uid, "besteffort")
+				pc.Labels[runLabel] = run
+				pc.Annotations = annotations
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				resp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
+				if err != nil {
+					t.Fatalf("RunPodSandbox %s without pressure: %v", name, err)
+				}
+				return resp.PodSandboxId
+			}
+			best := runp("besteffort", nil)
+			critical := runp("critical", map[string]string{"kubernetes.io/config.source": "file"})
+
+			gp.signal(syscall.SIGTERM)
+			stats.setAvailable(t, 500<<20)
+			gp.start() // returns once restore is done: cri-guard serves only then
+
+			sbs := containerdSandboxes(t, env, run)
+			state := func(id string) runtimeapi.PodSandboxState {
+				sb, ok := sbs[id]
+				if !ok {
+					t.Fatalf("containerd no longer has sandbox %s", id)
+				}
+				return sb.State
+			}
+			wantBest := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+			if tt.wantBestReady {
+				wantBest = runtimeapi.PodSandboxState_SANDBOX_READY
+			}
+			if got := state(best); got != wantBest {
+				t.Errorf("restoredPods %s: BestEffort sandbox is %s after the restart under pressure, want %s", tt.restoredPods, got, wantBest)
+			}
+			if got := state(critical); got != runtimeapi.PodSandboxState_SANDBOX_READY {
+				t.Errorf("restoredPods %s: critical sandbox is %s after the restart under pressure, want SANDBOX_READY", tt.restoredPods, got)
+			}
+			// crictl inspectp on containerd says the same
+			if got := crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", best); got != wantBest.String() {
+				t.Errorf("crictl inspectp %s: state %q, want %s", best, got, wantBest)
+			}
+			wantRec := pod.StateStopped
+			if tt.wantBestReady {
+				wantRec = pod.StateReady
+			}
+			found := false
+			for _, r := range gp.records(run) {
+				if r.SandboxID == best {
+					found = true
+					if r.State != wantRec {
+						t.Errorf("record of the BestEffort pod: state %s, want %s", r.State, wantRec)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("no record of the BestEffort sandbox %s after the restart", best)
+			}
+			t.Logf("restoredPods %s: BestEffort %s, critical %s; restore: %v", tt.restoredPods, state(best), state(critical), gp.restoreTotals())
+		})
+	}
+}

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# rt.sh: a private containerd for cri-guard's end-to-end tests.
+#
+#   scripts/rt.sh up                  start (or keep) the stack; idempotent
+#   scripts/rt.sh down                undo everything `up` did
+#   scripts/rt.sh stop-containerd     SIGKILL containerd (shims and pods survive)
+#   scripts/rt.sh start-containerd    start containerd again with the same config
+#   scripts/rt.sh restart-containerd  stop-containerd + start-containerd
+#   scripts/rt.sh status              exit 0 when containerd and the registry are up
+#
+# The stack: Debian's containerd 1.6 + runc, a CNI bridge ($BRIDGE, $SUBNET), a
+# local docker-registry on $REG that stands in for every upstream registry (so
+# PullImage works offline), crictl/critest/ginkgo built from Go modules, and the
+# test images built offline by tools/mkimages. Everything lives under $RT
+# (CRI_GUARD_RT, default /tmp/cri-guard-rt); containerd moves itself into the v1
+# cgroups /$CG/containerd; pods should use cgroup parents under /$CG-pods.
+# Tools are cached in $CACHE (CRI_GUARD_CACHE, default ~/.cache/cri-guard).
+# `up` writes $RT/env (source it), $RT/crictl.yaml and $RT/test-images.yaml.
+set -euo pipefail
+
+RT=${CRI_GUARD_RT:-/tmp/cri-guard-rt}
+CG=cri-guard-rt
+BRIDGE=criguard0
+SUBNET=10.244.88.0/24
+REG=127.0.0.1:5088
+NET=cri-guard-rt
+CRI_TOOLS=v1.37.0
+GINKGO=v2.32.1 # the version cri-tools $CRI_TOOLS requires
+CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
+TOOLS=$CACHE/tools-$CRI_TOOLS/bin
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MARK=$RT/.cri-guard-rt
+export CGO_ENABLED=0
+
+T0=$EPOCHREALTIME
+ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[rt +%6.2fs] %s\n", a - b, m }' >&2; }
+die() { echo "rt.sh: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+
+# alive PIDFILE COMM: the saved process is running and is COMM.
+alive() {
+  local p
+  p=$(cat "$1" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$2" ]
+}
+
+# stop_pid PIDFILE COMM SIGNAL: stop the saved process, by PID only.
+stop_pid() {
+  local p i
+  if alive "$1" "$2"; then
+    p=$(cat "$1")
+    kill -"$3" "$p" 2>/dev/null || true
+    for i in $(seq 100); do [ -d /proc/"$p" ] || break; sleep 0.1; done
+    [ -d /proc/"$p" ] && kill -9 "$p" 2>/dev/null || true
+  fi
+  rm -f "$1"
+}
+
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  ts "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+    apt-get update -q >/dev/null
+    apt-get install -y -q "${missing[@]}" >/dev/null
+  }
+}
+
+tools() {
+  mkdir -p "$TOOLS" "$CACHE/dl"
+  if ! "$TOOLS/crictl" --version 2>/dev/null | grep -q "${CRI_TOOLS#v}"; then
+    ts "go install crictl $CRI_TOOLS"
+    GOBIN=$TOOLS go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" \
+      "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
+  fi
+  if [ ! -x "$TOOLS/critest" ]; then # a test binary: go test -c inside the module
+    ts "build critest $CRI_TOOLS"
+    local mod
+    mod=$(cd /tmp && go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    (cd "$mod" && go test -c -o "$TOOLS/critest.tmp" ./cmd/critest) && mv "$TOOLS/critest.tmp" "$TOOLS/critest"
+  fi
+  if ! "$TOOLS/ginkgo" version 2>/dev/null | grep -q "${GINKGO#v}"; then # for critest --parallel
+    ts "go install ginkgo $GINKGO"
+    GOBIN=$TOOLS go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO"
+  fi
+  # Debian's *dynamic* busybox: busybox-static runs applets even when masked.
+  if [ ! -x "$CACHE/dl/bin/busybox" ]; then
+    ts "apt-get download busybox"
+    (cd "$CACHE/dl" && rm -f busybox_*.deb &&
+      { apt-get download -q busybox >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q busybox >/dev/null; }; } &&
+      dpkg-deb -x busybox_*.deb .)
+  fi
+  ts "build images helpers + mkimages"
+  mkdir -p "$RT/bin"
+  for t in crictl critest ginkgo; do ln -sf "$TOOLS/$t" "$RT/bin/$t"; done
+  (cd "$SRC" && for p in pause nnp fakenginx; do
+    go build -trimpath -ldflags='-s -w' -o "$RT/bin/$p" "./tools/images/$p"
+  done && go build -o "$RT/bin/mkimages" ./tools/mkimages)
+}
+
+configs() {
+  mkdir -p "$RT"/{root,state,logs,opt,cni/net.d,certs.d,registry-data,images}
+  cat >"$RT/containerd.toml" <<TOML
+version = 2
+root = "$RT/root"
+state = "$RT/state"
+[grpc]
+  address = "$RT/containerd.sock"
+[ttrpc]
+  address = "$RT/containerd.sock.ttrpc"
+[cgroup]
+  # containerd moves itself (so its shims and containers) into these v1 cgroups:
+  # relative cgroup paths must never land in the cgroup this shell runs in.
+  path = "/$CG/containerd"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$RT/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  # root lacks CAP_SYS_RESOURCE here: without this every RunPodSandbox fails
+  # with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$RT/state/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$RT/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$RT/certs.d"
+TOML
+  cat >"$RT/cni/net.d/10-$NET.conflist" <<JSON
+{"cniVersion": "0.4.0", "name": "$NET", "plugins": [
+  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$RT/cni/ipam", "ranges": [[{"subnet": "$SUBNET"}]],
+            "routes": [{"dst": "0.0.0.0/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+JSON
+  local r
+  for r in registry.k8s.io k8s.gcr.io gcr.io docker.io localhost:5000 "$REG"; do
+    mkdir -p "$RT/certs.d/$r"
+    printf 'server = "https://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
+      "$r" "$REG" >"$RT/certs.d/$r/hosts.toml"
+  done
+  printf 'runtime-endpoint: unix://%s/containerd.sock\nimage-endpoint: unix://%s/containerd.sock\ntimeout: 30\n' \
+    "$RT" "$RT" >"$RT/crictl.yaml"
+  printf 'defaultTestContainerImage: registry.k8s.io/e2e-test-images/busybox:1.29-2\nwebServerTestImage: registry.k8s.io/e2e-test-images/nginx:1.14-2\n' \
+    >"$RT/test-images.yaml"
+  cat >"$RT/registry.yml" <<YML
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $RT/registry-data}, delete: {enabled: true}}
+http: {addr: $REG}
+YML
+  cat >"$RT/env" <<ENV
+export CRI_GUARD_RT=$RT
+export CONTAINERD_SOCK=$RT/containerd.sock
+export CRI_CONFIG_FILE=$RT/crictl.yaml
+export CRITEST_IMAGES=$RT/test-images.yaml
+export CRI_GUARD_POD_CGROUP=/$CG-pods
+export PATH=$RT/bin:\$PATH
+ENV
+}
+
+start_containerd() {
+  alive "$RT/containerd.pid" containerd && return 0
+  rm -f "$RT/containerd.sock" "$RT/containerd.sock.ttrpc"
+  # setsid: a Ctrl-C in the shell that ran `up` must not reach containerd.
+  setsid containerd --config "$RT/containerd.toml" >>"$RT/logs/containerd.log" 2>&1 </dev/null &
+  echo $! >"$RT/containerd.pid"
+  local i
+  for i in $(seq 300); do
+    ctr -a "$RT/containerd.sock" version >/dev/null 2>&1 && return 0
+    alive "$RT/containerd.pid" containerd || break
+    sleep 0.1
+  done
+  tail -20 "$RT/logs/containerd.log" >&2
+  die "containerd did not start (log: $RT/logs/containerd.log)"
+}
+
+stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL; }
+
+up_ok() {
+  alive "$RT/containerd.pid" containerd && alive "$RT/registry.pid" docker-registry &&
+    ctr -a "$RT/containerd.sock" version >/dev/null 2>&1 && curl -sf "http://$REG/v2/" >/dev/null
+}
+
+up() {
+  if [ -f "$MARK" ] && up_ok; then
+    ts "already up: source $RT/env"
+    return 0
+  fi
+  [ -e "$RT" ] && down # stale leftovers of a killed run
+  apt_install containerd runc containernetworking-plugins docker-registry nftables iptables curl
+  command -v go >/dev/null || die "go is required"
+  mkdir -p "$RT" && touch "$MARK"
+  tools
+  configs
+  # Saved before CNI touches them (the bridge plugin sets ip_forward=1,
+  # portmap creates nat tables), restored by `down`.
+  cat /proc/sys/net/ipv4/ip_forward >"$RT/ip_forward.orig"
+  nft list tables >"$RT/nft-tables.orig" 2>/dev/null || true
+
+  ts "registry"
+  setsid docker-registry serve "$RT/registry.yml" >"$RT/logs/registry.log" 2>&1 </dev/null &
+  echo $! >"$RT/registry.pid"
+  local i
+  for i in $(seq 100); do curl -sf "http://$REG/v2/" >/dev/null && break; sleep 0.1; done
+  curl -sf "http://$REG/v2/" >/dev/null || die "registry did not start (log: $RT/logs/registry.log)"
+
+  ts "images (build + push)"
+  "$RT/bin/mkimages" -out "$RT/images" -pause "$RT/bin/pause" -busybox "$CACHE/dl/bin/busybox" \
+    -nnp "$RT/bin/nnp" -fakenginx "$RT/bin/fakenginx" -push "$REG" >"$RT/logs/mkimages.log"
+
+  ts "containerd"
+  start_containerd
+  for i in pause busybox; do ctr -a "$RT/containerd.sock" -n k8s.io images import "$RT/images/$i.tar" >/dev/null; done
+  ts "ready: source $RT/env   (crictl --config $RT/crictl.yaml ps)"
+}
+
+down() {
+  [ -e "$RT" ] || return 0
+  [ -f "$MARK" ] || die "$RT exists but was not made by rt.sh (no $MARK): not touching it"
+  ts "down"
+  if alive "$RT/containerd.pid" containerd && [ -x "$RT/bin/crictl" ]; then
+    timeout 60 "$RT/bin/crictl" --config "$RT/crictl.yaml" rmp -af >/dev/null 2>&1 || true
+  fi
+  stop_pid "$RT/containerd.pid" containerd TERM
+  stop_pid "$RT/registry.pid" docker-registry TERM
+  local p
+  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RT/containerd.sock" || true); do # leftover shims, by PID
+    kill -9 "$p" 2>/dev/null || true
+  done
+  sleep 0.2
+  { findmnt -rn -o TARGET | grep "^$RT/" || true; } | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+  local c
+  for c in /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/*/"$CG-pods"; do
+    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  local fam
+  for fam in ip ip6; do # nat tables that portmap created (absent before `up`)
+    if [ -f "$RT/nft-tables.orig" ] && ! grep -qx "table $fam nat" "$RT/nft-tables.orig" &&
+      nft list table "$fam" nat >/dev/null 2>&1; then
+      nft delete table "$fam" nat 2>/dev/null || true
+    fi
+  done
+  [ -f "$RT/ip_forward.orig" ] && cat "$RT/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+  rm -rf /var/lib/cni/results/"$NET"-* /var/lib/cni/networks/"$NET" 2>/dev/null || true
+  if findmnt -rn -o TARGET | grep -q "^$RT/"; then
+    die "mounts left under $RT; not removing it"
+  fi
+  rm -rf "$RT"
+  ts "down done"
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+stop-containerd) stop_containerd ;;
+start-containerd) [ -f "$MARK" ] || die "not up"; start_containerd ;;
+restart-containerd) stop_containerd; start_containerd ;;
+status) up_ok ;;
+*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status" ;;
+esac
