@@ -14,7 +14,8 @@ RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: build test unit integration run rt-up rt-down clean
+.PHONY: build test unit integration run rt-up rt-down clean install verify-units
+DESTDIR ?=
 
 build:
 	$(GO) build -o bin/cri-guard ./cmd/cri-guard
@@ -29,7 +30,7 @@ test:
 	trap 'scripts/rt.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	if scripts/rt.sh up; then \
-	  $(GO) test -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... || rc=1; \
+	  $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
 	else \
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
@@ -37,7 +38,7 @@ test:
 	exit $$rc
 
 integration:
-	$(GO) test -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/...
+	$(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/
 
 rt-up:
 	scripts/rt.sh up
@@ -54,3 +55,21 @@ run: build rt-up
 
 clean:
 	rm -rf bin
+
+# install: binary, systemd unit, and the example config (an existing config is kept).
+install: build
+	install -D -m 0755 bin/cri-guard $(DESTDIR)/usr/local/bin/cri-guard
+	install -D -m 0644 contrib/systemd/cri-guard.service $(DESTDIR)/etc/systemd/system/cri-guard.service
+	@if [ -e $(DESTDIR)/etc/cri-guard/config.yaml ]; then \
+	  echo "keeping $(DESTDIR)/etc/cri-guard/config.yaml"; \
+	else \
+	  install -D -m 0644 contrib/config.yaml $(DESTDIR)/etc/cri-guard/config.yaml; \
+	fi
+	@echo "next: systemctl daemon-reload && systemctl enable --now cri-guard;"
+	@echo "then install contrib/systemd/kubelet.service.d/10-cri-guard.conf and restart the kubelet"
+
+verify-units: build
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	sed 's|/usr/local/bin/cri-guard|$(CURDIR)/bin/cri-guard|' contrib/systemd/cri-guard.service > "$$d/cri-guard.service"; \
+	out=$$(systemd-analyze verify --man=no "$$d/cri-guard.service" 2>&1); rc=$$?; \
+	if [ -n "$$out" ] || [ $$rc -ne 0 ]; then echo "$$out"; exit 1; fi; echo "cri-guard.service: ok"

@@ -49,8 +49,9 @@ func (l *Loop) handleAddition(p *pod.Pod) evictor.Result {
 		return r
 	}
 	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
-		// a retry of an attempt that already has a sandbox: keep what we know
-		p.SandboxID = old.SandboxID
+		// a retry of an attempt that already has a sandbox: keep what we
+		// know, its state included (a ready pod must stay rankable)
+		p.SandboxID, p.State = old.SandboxID, old.State
 	}
 	l.pods[p.Key()] = p.Clone()
 	l.publish()
@@ -93,6 +94,9 @@ func (l *Loop) SandboxFailed(p *pod.Pod, err error) {
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
 		return
+	}
+	if p.SandboxID != "" {
+		return // a retry of an attempt whose sandbox exists: its record stays
 	}
 	if derr := l.store.Delete(p.Key()); derr != nil {
 		l.log.WithError(derr).WithFields(podFields(p)).Warn("cannot delete checkpoint")

@@ -10,5 +10,5 @@
 //	scripts/rt.sh down
 //
 // Without CRI_GUARD_RT (or without its containerd socket) every test skips
-// and says why. The package imports nothing of cri-guard: it tests the binary.
+// and says why. The package builds the cri-guard binary and reads its checkpoints (checkpoint, pod): it tests the binary.
 package integration

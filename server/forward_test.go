@@ -311,4 +311,3 @@ func TestConcurrentCalls(t *testing.T) {
 		}
 	}
 }
-

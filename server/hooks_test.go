@@ -13,7 +13,7 @@ import (
 
 type refusal struct{ reason, msg string }
 
-func (r refusal) Error() string                     { return r.reason + ": " + r.msg }
+func (r refusal) Error() string                      { return r.reason + ": " + r.msg }
 func (r refusal) AdmissionRefused() (string, string) { return r.reason, r.msg }
 
 type hookRecorder struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,31 +42,39 @@ func (r *recordingObserver) get() []observed {
 	return append([]observed(nil), r.calls...)
 }
 
-func TestObserverSeesEveryCall(t *testing.T) {
-	dir := shortDir(t)
-	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"))
+// observedServer serves a fake runtime through a server with obs and
+// returns a CRI client to it and the fake.
+func observedServer(tb testing.TB, hooks Hooks, obs Observer) (runtimeapi.RuntimeServiceClient, *fakeruntime.Backend) {
+	tb.Helper()
+	dir := shortDir(tb)
+	fake := fakeruntime.Start(tb, filepath.Join(dir, "rt.sock"))
 	backend, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: fake.Path}, testLog())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = backend.Close() })
-	rec := &recordingObserver{}
-	refuse := Hooks{runtimeapi.RuntimeService_RunPodSandbox_FullMethodName: func(context.Context, []byte, UnaryNext) ([]byte, error) {
-		return nil, status.Error(codes.ResourceExhausted, "Evicted: no")
-	}}
+	tb.Cleanup(func() { _ = backend.Close() })
 	listen := filepath.Join(dir, "g", "cri-guard.sock")
-	srv, err := New(Config{Listen: listen, Observer: rec}, backend, refuse, testLog())
+	srv, err := New(Config{Listen: listen, Observer: obs}, backend, hooks, testLog())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
-	rt := runtimeapi.NewRuntimeServiceClient(dialCRI(t, listen))
+	tb.Cleanup(func() { cancel(); <-done })
+	return runtimeapi.NewRuntimeServiceClient(dialCRI(tb, listen)), fake
+}
+
+func TestObserverSeesEveryCall(t *testing.T) {
+	rec := &recordingObserver{}
+	refuse := Hooks{runtimeapi.RuntimeService_RunPodSandbox_FullMethodName: func(context.Context, []byte, UnaryNext) ([]byte, error) {
+		return nil, status.Error(codes.ResourceExhausted, "Evicted: no")
+	}}
+	rt, fake := observedServer(t, refuse, rec)
+	ctx := context.Background()
 
 	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
 		t.Fatal(err)
@@ -90,5 +99,26 @@ func TestObserverSeesEveryCall(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("call %d: observed %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+type countingObserver struct{ n atomic.Int64 }
+
+func (c *countingObserver) Observe(string, time.Duration, error) { c.n.Add(1) }
+
+// BenchmarkVersionObserved is BenchmarkVersion with an Observer set: the
+// difference is the cost of observing a pass-through call.
+func BenchmarkVersionObserved(b *testing.B) {
+	obs := &countingObserver{}
+	rt, _ := observedServer(b, nil, obs)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if obs.n.Load() == 0 {
+		b.Fatal("observer not called")
 	}
 }

@@ -64,7 +64,7 @@ func SandboxHooks(g SandboxGuard, o SandboxObserver, rules pod.CriticalRules, no
 			g.SandboxCreated(p, resp.GetPodSandboxId())
 			return out, nil
 		},
-		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName: sandboxIDHook(o.SandboxStopped),
+		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   sandboxIDHook(o.SandboxStopped),
 		runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: sandboxIDHook(o.SandboxRemoved),
 	}
 }

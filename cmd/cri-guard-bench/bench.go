@@ -57,8 +57,9 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	}
 	defer dconn.Close()
 	direct.name = "direct"
-	vctx, vcancel := context.WithTimeout(ctx, 10*time.Second)
-	v, err := direct.rt.Version(vctx, &runtimeapi.VersionRequest{})
+	// containerd may be restarting (shared test machine): wait a while.
+	vctx, vcancel := context.WithTimeout(ctx, 2*time.Minute)
+	v, err := direct.rt.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
 	vcancel()
 	if err != nil {
 		return fmt.Errorf("containerd at %q: %w", o.RuntimeEndpoint, err)
@@ -68,7 +69,7 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	}
 	log.WithFields(logrus.Fields{"runtime": v.RuntimeName, "runtime_version": v.RuntimeVersion}).Info("runtime reachable")
 
-	px, err := startProxy(ctx, o, workDir, log)
+	px, err := startProxy(o, workDir, log)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		}
 		err = errors.Join(err, cerr)
 	}()
-	w, err := createWorkload(ctx, direct.rt, o, workDir, runID, log)
+	w, err := createWorkload(ctx, direct.rt, direct.im, o, workDir, runID, log)
 	if err != nil {
 		return err
 	}
@@ -117,12 +118,16 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 
 	before, _ := statsOf(px.pid)
 	for _, m := range methods(w) {
-		l, err := measureLatency(ctx, m, direct, proxied, o.Iterations)
+		n := o.Iterations
+		if m.class == "stats" {
+			n = o.StatsIterations
+		}
+		l, err := measureLatency(ctx, m, direct, proxied, n)
 		if err != nil {
 			return err
 		}
 		res.latencies = append(res.latencies, l)
-		res.latencyCalls += int64(o.Iterations + 20)
+		res.latencyCalls += int64(n + warmup)
 	}
 	after, _ := statsOf(px.pid)
 	res.latencyCPU = after.cpu - before.cpu

@@ -11,5 +11,6 @@
 // cri-guard runs as a child process (--cri-guard-binary; CPU and memory are
 // then measured from /proc/<pid>), or an already running one is used
 // (--proxy-endpoint, with --proxy-pid for CPU and memory), or, with neither,
-// it runs in-process (latency only).
+// this binary re-executes itself as "serve-core": the proxy core alone
+// (runtimeproxy + server), without the sync loop.
 package main

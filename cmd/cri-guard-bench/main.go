@@ -31,6 +31,7 @@ type benchOptions struct {
 	Rounds          int
 	ProxyEnv        string
 	CleanupRun      string
+	StatsIterations int
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
@@ -40,13 +41,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "/run/containerd/containerd.sock", "containerd's CRI socket")
 	fs.StringVar(&o.ProxyEndpoint, "proxy-endpoint", "", "socket of a running cri-guard (default: start one)")
 	fs.IntVar(&o.ProxyPID, "proxy-pid", 0, "pid of the running cri-guard given by --proxy-endpoint, for CPU and memory")
-	fs.StringVar(&o.Binary, "cri-guard-binary", "", "cri-guard binary to run as a child process (default: run in-process)")
+	fs.StringVar(&o.Binary, "cri-guard-binary", "", "cri-guard binary to run as a child process (default: this binary as serve-core, the proxy core alone)")
 	fs.IntVar(&o.Sandboxes, "sandboxes", 30, "pod sandboxes to create")
 	fs.IntVar(&o.Containers, "containers", 60, "containers to create, spread over the sandboxes")
 	fs.StringVar(&o.Image, "image", "registry.k8s.io/pause:3.9", "image of the containers (must be present)")
 	fs.StringVar(&o.CgroupRoot, "cgroup-parent-root", "/cri-guard-rt-pods", "cgroup parent of the sandboxes: <root>/pod<uid>")
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for logs and sockets (default: a new temporary directory)")
-	fs.IntVar(&o.Iterations, "iterations", 600, "calls per method and side in the latency phase")
+	fs.IntVar(&o.Iterations, "iterations", 500, "calls per method and side in the latency phase")
+	fs.IntVar(&o.StatsIterations, "stats-iterations", 60, "calls per side for ListContainerStats (slow in containerd)")
 	fs.IntVar(&o.Clients, "clients", 8, "concurrent clients in the throughput phase")
 	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "length of one throughput run")
 	fs.IntVar(&o.Rounds, "rounds", 2, "throughput runs per side (interleaved)")
@@ -58,13 +60,24 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	if o.ProxyEndpoint != "" && o.Binary != "" {
 		return o, errors.New("--proxy-endpoint and --cri-guard-binary are exclusive")
 	}
-	if o.Sandboxes < 1 || o.Containers < 0 || o.Iterations < 10 || o.Clients < 1 || o.Rounds < 1 {
+	if o.Sandboxes < 1 || o.Containers < 0 || o.Iterations < 10 || o.StatsIterations < 10 || o.Clients < 1 || o.Rounds < 1 {
 		return o, errors.New("--sandboxes, --iterations (>= 10), --clients and --rounds must be positive")
 	}
 	return o, nil
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve-core" {
+		log := logrus.New()
+		log.SetLevel(logrus.WarnLevel)
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		if err := serveCore(ctx, os.Args[2:], log.WithField("component", "main")); err != nil {
+			log.WithError(err).Error("serve-core failed")
+			os.Exit(1)
+		}
+		return
+	}
 	o, err := parseBenchFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

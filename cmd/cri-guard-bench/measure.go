@@ -64,11 +64,14 @@ type latency struct {
 	direct, proxied []time.Duration
 }
 
+// warmup is the number of unmeasured calls per side before each method.
+const warmup = 20
+
 // measureLatency calls m alternately direct and proxied n times (the order
 // flips every iteration so neither side always runs second), after a warm-up.
 func measureLatency(ctx context.Context, m method, direct, proxied side, n int) (latency, error) {
 	res := latency{method: m, direct: make([]time.Duration, 0, n), proxied: make([]time.Duration, 0, n)}
-	for i := range 20 {
+	for i := range warmup {
 		if err := m.call(ctx, direct, i); err != nil {
 			return res, fmt.Errorf("%s direct: %w", m.name, err)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,63 +27,79 @@ type proxy struct {
 }
 
 // startProxy starts or attaches to cri-guard as the options say.
-func startProxy(ctx context.Context, o benchOptions, workDir string, log *logrus.Entry) (*proxy, error) {
+func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*proxy, error) {
 	switch {
 	case o.ProxyEndpoint != "":
 		return &proxy{endpoint: o.ProxyEndpoint, pid: o.ProxyPID, stop: func() error { return nil }}, nil
 	case o.Binary != "":
-		sock := filepath.Join(workDir, "cri-guard.sock")
-		logf, err := os.Create(filepath.Join(workDir, "cri-guard.log"))
-		if err != nil {
-			return nil, fmt.Errorf("create cri-guard log: %w", err)
-		}
-		cmd := exec.Command(o.Binary, "--listen", sock, "--runtime-endpoint", o.RuntimeEndpoint, "--log-level", "warn")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.Env = os.Environ()
-		if o.ProxyEnv != "" {
-			cmd.Env = append(cmd.Env, strings.Split(o.ProxyEnv, ",")...)
-		}
-		if err := cmd.Start(); err != nil {
-			logf.Close()
-			return nil, fmt.Errorf("start %q: %w", o.Binary, err)
-		}
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait(); logf.Close() }()
-		stop := func() error {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case err := <-waited:
-				return err
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				return fmt.Errorf("cri-guard pid %d did not stop on SIGTERM", cmd.Process.Pid)
-			}
-		}
-		log.WithFields(logrus.Fields{"pid": cmd.Process.Pid, "listen": sock}).Info("started cri-guard")
-		return &proxy{endpoint: sock, pid: cmd.Process.Pid, stop: stop}, nil
-	default:
-		rt, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: o.RuntimeEndpoint}, log.WithField("component", "runtimeproxy"))
-		if err != nil {
-			return nil, err
-		}
-		sock := filepath.Join(workDir, "cri-guard.sock")
-		srv, err := server.New(server.Config{Listen: sock}, rt, nil, log.WithField("component", "server"))
-		if err != nil {
-			return nil, err
-		}
-		if err := srv.Listen(); err != nil {
-			return nil, err
-		}
-		sctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(sctx) }()
-		return &proxy{endpoint: sock, stop: func() error {
-			cancel()
-			err := <-done
-			_ = rt.Close()
-			return err
-		}}, nil
+		return startChild(o, o.Binary, nil, workDir, log)
 	}
+	// The proxy core alone (runtimeproxy + server, no sync loop): this binary
+	// re-executed as "serve-core".
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own binary: %w", err)
+	}
+	return startChild(o, self, []string{"serve-core"}, workDir, log)
+}
+
+// startChild runs binary (args come before the flags) as the cri-guard under test.
+func startChild(o benchOptions, binary string, args []string, workDir string, log *logrus.Entry) (*proxy, error) {
+	sock := filepath.Join(workDir, "cri-guard.sock")
+	logf, err := os.Create(filepath.Join(workDir, "cri-guard.log"))
+	if err != nil {
+		return nil, fmt.Errorf("create cri-guard log: %w", err)
+	}
+	args = append(args, "--listen", sock, "--runtime-endpoint", o.RuntimeEndpoint, "--log-level", "warn")
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = os.Environ()
+	if o.ProxyEnv != "" {
+		cmd.Env = append(cmd.Env, strings.Split(o.ProxyEnv, ",")...)
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %q: %w", binary, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait(); logf.Close() }()
+	stop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-waited:
+			return err
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("cri-guard pid %d did not stop on SIGTERM", cmd.Process.Pid)
+		}
+	}
+	log.WithFields(logrus.Fields{"pid": cmd.Process.Pid, "listen": sock, "binary": binary, "args": strings.Join(args, " ")}).Info("started cri-guard")
+	return &proxy{endpoint: sock, pid: cmd.Process.Pid, stop: stop}, nil
+}
+
+// serveCore runs only the proxy core (runtimeproxy + server) until SIGTERM:
+// what the benchmark measures when no --cri-guard-binary is given.
+func serveCore(ctx context.Context, args []string, log *logrus.Entry) error {
+	fs := flag.NewFlagSet("serve-core", flag.ContinueOnError)
+	listen := fs.String("listen", "", "socket to listen on")
+	endpoint := fs.String("runtime-endpoint", "", "runtime socket")
+	fs.String("log-level", "warn", "ignored")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rt, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: *endpoint}, log.WithField("component", "runtimeproxy"))
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	srv, err := server.New(server.Config{Listen: *listen}, rt, nil, log.WithField("component", "server"))
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(); err != nil {
+		return err
+	}
+	return srv.Serve(ctx)
 }
 
 // procStats are a process's CPU time and resident memory.

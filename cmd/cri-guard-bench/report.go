@@ -34,7 +34,8 @@ func mean(xs []float64) float64 {
 }
 
 func report(out io.Writer, o benchOptions, r results) {
-	fmt.Fprintf(out, "\nworkload: %d sandboxes, %d containers; %d calls per method and side, interleaved\n\n", r.sandboxes, r.containers, o.Iterations)
+	fmt.Fprintf(out, "\nworkload: %d sandboxes, %d containers; %d calls per method and side (ListContainerStats %d), interleaved\n\n",
+		r.sandboxes, r.containers, o.Iterations, o.StatsIterations)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "method\tdirect p50 µs\tproxy p50 µs\tadded p50 µs\tratio p50\tdirect p99 µs\tproxy p99 µs\tadded p99 µs\ttarget\t")
 	var checks []string

@@ -24,8 +24,11 @@ type workload struct {
 
 // createWorkload creates o.Sandboxes host-network sandboxes and o.Containers
 // running containers spread over them.
-func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o benchOptions, workDir, runID string, log *logrus.Entry) (*workload, error) {
+func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, im runtimeapi.ImageServiceClient, o benchOptions, workDir, runID string, log *logrus.Entry) (*workload, error) {
 	w := &workload{runID: runID}
+	if err := ensureImage(ctx, im, o.Image, log); err != nil {
+		return w, err
+	}
 	configs := make([]*runtimeapi.PodSandboxConfig, 0, o.Sandboxes)
 	for i := range o.Sandboxes {
 		uid := fmt.Sprintf("%s-%04d", runID, i)
@@ -83,9 +86,17 @@ func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o b
 func cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// containerd may be restarting (shared test machine): wait for it.
-	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true)); err != nil {
-		return fmt.Errorf("cleanup run %q: runtime unreachable: %w", runID, err)
+	// containerd may be restarting (shared test machine): wait for it to
+	// answer (it says "server is not initialized yet" while loading).
+	for {
+		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("cleanup run %q: runtime unreachable: %w", runID, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	sel := map[string]string{benchLabel: runID}
 	var firstErr error
@@ -154,6 +165,24 @@ func removeCgroupTree(dir string) error {
 	}
 	if err := os.Remove(dir); err != nil {
 		return fmt.Errorf("remove cgroup %q: %w", dir, err)
+	}
+	return nil
+}
+
+// ensureImage pulls image through containerd when it is not present (other
+// tests on a shared runtime may have removed it).
+func ensureImage(ctx context.Context, im runtimeapi.ImageServiceClient, image string, log *logrus.Entry) error {
+	spec := &runtimeapi.ImageSpec{Image: image}
+	st, err := im.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+	if err != nil {
+		return fmt.Errorf("image status %q: %w", image, err)
+	}
+	if st.GetImage() != nil {
+		return nil
+	}
+	log.WithField("image", image).Info("image missing, pulling")
+	if _, err := im.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec}); err != nil {
+		return fmt.Errorf("pull image %q: %w", image, err)
 	}
 	return nil
 }

@@ -18,6 +18,9 @@ type options struct {
 	// ConfigPath is --config ("" = defaults only).
 	ConfigPath string
 	Config     config.Config
+	// FileConfig is the file as loaded, before flags (zero without
+	// --config); a reload compares the file with it.
+	FileConfig config.Config
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
 }
@@ -30,7 +33,7 @@ func defaultOptions() options {
 // the file.
 type flagValues struct {
 	config, listen, runtimeEndpoint, stateDir, cgroupRoot, procRoot, logLevel, logFormat string
-	dryRun                                                                              bool
+	dryRun                                                                               bool
 }
 
 func (v *flagValues) bind(fs *flag.FlagSet, d config.Config) {
@@ -53,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("cri-guard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: cri-guard [flags]\n       cri-guard status [--admin PATH] [--json]\n       cri-guard check-config FILE\n       cri-guard version\n\nflags:\n")
+		fmt.Fprintf(stderr, "usage: cri-guard [flags]\n       cri-guard status [--admin PATH] [--json]\n       cri-guard check-config [--skip-node-check] FILE\n       cri-guard version\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	v.bind(fs, o.Config)
@@ -68,7 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if err != nil {
 			return options{}, err
 		}
-		o.ConfigPath, o.Config = v.config, cfg
+		o.ConfigPath, o.Config, o.FileConfig = v.config, cfg, cfg
 	}
 	applyFlags(fs, &v, &o.Config)
 	if err := o.validate(); err != nil {

@@ -22,6 +22,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		case "version":
 			fmt.Fprintln(stdout, versionString())
 			return 0
+		case "status":
+			return statusCmd(context.Background(), args[1:], stdout, stderr)
+		case "check-config":
+			return checkConfig(args[1:], stdout, stderr)
 		}
 	}
 	opts, err := parseFlags(args, stderr)

@@ -4,15 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/cri-guard/cri-guard/admin"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/config"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/guard"
+	"github.com/cri-guard/cri-guard/metrics"
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 	"github.com/cri-guard/cri-guard/runtimeproxy"
@@ -28,6 +35,16 @@ const hardGracePeriod = 2 * time.Second
 func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	cfg := opts.Config
 	logger := log.Logger
+	notify := newNotifier(logger.WithField("component", "systemd"))
+	if wd := notify.watchdogInterval(); wd > 0 && cfg.HousekeepingInterval.Duration >= wd/2 {
+		log.WithFields(logrus.Fields{"watchdog": wd, "housekeeping_interval": cfg.HousekeepingInterval.Duration}).
+			Warn("housekeepingInterval is not under half of WatchdogSec: systemd may kill a healthy cri-guard")
+	}
+	// SIGHUP is taken from the start: its default action would kill us.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	rt, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: cfg.RuntimeEndpoint},
 		logger.WithField("component", "runtimeproxy"))
 	if err != nil {
@@ -39,10 +56,26 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		}
 	}()
 
-	loop, ev, sampler, err := newGuard(cfg, rt, logger)
+	var m *metrics.Metrics
+	if cfg.MetricsAddress != "" {
+		m = metrics.New()
+	}
+	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog)
 	if err != nil {
 		return err
 	}
+	loop, ev, sampler := g.loop, g.ev, g.sampler
+	var thresholds thresholdBox
+	thresholds.Set(g.thresholds)
+	var collector *metrics.Collector
+	if m != nil {
+		collector = metrics.NewCollector(metrics.StateSource{
+			Snapshot:  ev.Snapshot,
+			Connected: func() bool { return rt.State() == connectivity.Ready },
+		}, g.thresholds)
+		m.Registry().MustRegister(collector)
+	}
+
 	if err := restore(ctx, loop, log); err != nil {
 		return err
 	}
@@ -59,43 +92,111 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		_ = loop.RunEvents(loopCtx, func(ctx context.Context) (guard.EventStream, error) { return rt.GetContainerEvents(ctx) })
 	})
 	if cfg.PSITrigger != "" {
-		wg.Go(func() { runTrigger(loopCtx, sampler.TriggerFile(), cfg.PSITrigger, loop, logger.WithField("component", "psi")) })
+		wg.Go(func() {
+			runTrigger(loopCtx, sampler.TriggerFile(), cfg.PSITrigger, loop, logger.WithField("component", "psi"))
+		})
 	}
-	_ = ev
+	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
+		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
+			if err := loop.Do(ctx, func() { ev.SetThresholds(ts, transition) }); err != nil {
+				return err
+			}
+			thresholds.Set(ts)
+			if collector != nil {
+				collector.SetThresholds(ts)
+			}
+			return nil
+		}}
+	wg.Go(func() { rl.run(loopCtx, hup) })
+
+	if m != nil {
+		l, err := metrics.Listen(cfg.MetricsAddress)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := metrics.Serve(loopCtx, l, m.Handler(), logger.WithField("component", "metrics")); err != nil {
+				log.WithError(err).Error("metrics server stopped")
+			}
+		})
+	}
+	if cfg.AdminSocket != "" {
+		l, err := admin.Listen(cfg.AdminSocket)
+		if err != nil {
+			return err
+		}
+		src := admin.Sources{
+			Version: version, DryRun: cfg.DryRun, Snapshot: ev.Snapshot, Pods: loop.Pods,
+			Thresholds: thresholds.Get, PodStats: sampler.Pod,
+			Runtime: func() admin.Runtime {
+				st := rt.State()
+				return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
+			},
+		}
+		wg.Go(func() {
+			h := admin.Handler(func() admin.Status { return admin.Build(src) })
+			if err := admin.Serve(loopCtx, l, h, logger.WithField("component", "admin")); err != nil {
+				log.WithError(err).Error("admin server stopped")
+			}
+		})
+	}
 
 	hooks := server.SandboxHooks(loop, loop, cfg.CriticalRules(), nil)
-	srv, err := server.New(server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout},
-		rt, hooks, logger.WithField("component", "server"))
+	scfg := server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout}
+	if m != nil {
+		scfg.Observer = m
+	}
+	srv, err := server.New(scfg, rt, hooks, logger.WithField("component", "server"))
 	if err != nil {
 		return err
 	}
 	if err := srv.Listen(); err != nil {
 		return err
 	}
-	log.WithFields(logrus.Fields{"listen": cfg.Listen, "runtime_endpoint": rt.Endpoint(), "version": version}).Info("serving")
+	notify.Ready()
+	stopNotify := context.AfterFunc(ctx, notify.Stopping)
+	defer stopNotify()
+	log.WithFields(logrus.Fields{"listen": cfg.Listen, "runtime_endpoint": rt.Endpoint(), "version": version,
+		"metrics": cfg.MetricsAddress, "admin_socket": cfg.AdminSocket}).Info("serving")
 	if err := srv.Serve(ctx); err != nil {
+		notify.Stopping()
 		return fmt.Errorf("serve: %w", err)
 	}
 	log.Info("stopped")
 	return nil
 }
 
+// guardParts is what newGuard builds.
+type guardParts struct {
+	loop       *guard.Loop
+	ev         *evictor.Manager
+	sampler    *pressure.Sampler
+	thresholds []pressure.Threshold
+}
+
 // newGuard builds the sampler, the checkpoint store, the eviction manager
 // and the sync loop from the configuration.
-func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger) (*guard.Loop, *evictor.Manager, *pressure.Sampler, error) {
+// m, when not nil, counts decisions and checkpoint operations; watchdog is
+// called after every housekeeping pass.
+func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func()) (guardParts, error) {
 	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
 	if err != nil {
-		return nil, nil, nil, err
+		return guardParts{}, err
 	}
 	source, podMem := sampler.Source()
 	logger.WithField("component", "pressure").WithField("source", source).WithField("pod_memory_cgroup", podMem).Info("memory stats source")
 	thresholds, err := cfg.Thresholds()
 	if err != nil {
-		return nil, nil, nil, err
+		return guardParts{}, err
 	}
 	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"))
 	if err != nil {
-		return nil, nil, nil, err
+		return guardParts{}, err
+	}
+	var st guard.Store = store
+	var obs evictor.Observer
+	if m != nil {
+		st, obs = m.InstrumentStore(store), m
 	}
 	var loop *guard.Loop
 	ev, err := evictor.New(evictor.Config{
@@ -110,35 +211,36 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger)
 		Kill: func(ctx context.Context, p *pod.Pod, grace time.Duration) error {
 			return loop.KillPod(ctx, p, grace)
 		},
-		Log: logger.WithField("component", "evictor"),
+		Log:      logger.WithField("component", "evictor"),
+		Observer: obs,
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return guardParts{}, err
 	}
 	loop, err = guard.New(guard.Config{
 		HousekeepingInterval: cfg.HousekeepingInterval.Duration,
 		EnforceRestored:      cfg.RestoredPods == "enforce",
 		Rules:                cfg.CriticalRules(),
-	}, guard.Options{Runtime: rt, Store: store, Evictor: ev, Log: logger.WithField("component", "guard")})
+	}, guard.Options{Runtime: rt, Store: st, Evictor: ev, Log: logger.WithField("component", "guard"), Watchdog: watchdog})
 	if err != nil {
-		return nil, nil, nil, err
+		return guardParts{}, err
 	}
-	return loop, ev, sampler, nil
+	return guardParts{loop: loop, ev: ev, sampler: sampler, thresholds: thresholds}, nil
 }
 
 // restore replays the checkpoints, retrying while containerd cannot be
-// reached; cri-guard does not serve before it has finished.
+// reached or is not ready; cri-guard does not serve before it has finished.
 func restore(ctx context.Context, loop *guard.Loop, log *logrus.Entry) error {
 	for attempt := 0; ; attempt++ {
 		_, err := loop.Restore(ctx)
 		if err == nil {
 			return nil
 		}
-		if !runtimeproxy.IsUnavailable(err) {
-			return err
-		}
-		if attempt == 0 {
-			log.WithError(err).Warn("runtime not reachable: restore waits for it")
+		// containerd unreachable, or up but still initialising ("server is
+		// not initialized yet"): wait for it; cri-guard does not serve
+		// before restore has finished.
+		if attempt%20 == 0 {
+			log.WithError(err).Warn("restore failed: retrying")
 		}
 		select {
 		case <-ctx.Done():

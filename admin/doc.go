@@ -1,0 +1,9 @@
+// Package admin is cri-guard's local admin interface: an HTTP server on a
+// unix socket (mode 0600 in a 0750 directory) answering GET /status with a
+// JSON Status, and the client `cri-guard status` uses.
+//
+// It owns the Status document and how it is assembled from the eviction
+// manager's snapshot, the sync loop's pods, the thresholds and live pod
+// stats (Build). It imports evictor, pod and pressure for their types; it
+// must not import server, guard, metrics or cmd.
+package admin

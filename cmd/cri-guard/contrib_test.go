@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cri-guard/cri-guard/config"
+)
+
+const contribDir = "../../contrib"
+
+func TestContribConfigLoads(t *testing.T) {
+	path := filepath.Join(contribDir, "config.yaml")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example differs from the defaults where DESIGN.md says so.
+	if cfg.PodsCgroup != "/kubepods.slice" || cfg.EvictionSoft["memory.available"] != "300Mi" || cfg.EvictionMinimumReclaim["memory.available"] != "200Mi" {
+		t.Errorf("example config not read as written: %+v", cfg)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := realMain([]string{"check-config", "--skip-node-check", path}, &stdout, &stderr); code != 0 {
+		t.Errorf("check-config: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TestSystemdUnitsVerify runs systemd-analyze verify on the unit (its
+// ExecStart pointed at this test binary, which exists) and on a stand-in
+// kubelet.service with the drop-in; any warning about them fails.
+func TestSystemdUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (apt-get install systemd)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit, err := os.ReadFile(filepath.Join(contribDir, "systemd", "cri-guard.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(unit, []byte("ExecStart=/usr/local/bin/cri-guard --config /etc/cri-guard/config.yaml\n")) {
+		t.Fatal("unit does not start /usr/local/bin/cri-guard --config /etc/cri-guard/config.yaml")
+	}
+	dropIn, err := os.ReadFile(filepath.Join(contribDir, "systemd", "kubelet.service.d", "10-cri-guard.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"cri-guard.service":                   strings.ReplaceAll(string(unit), "/usr/local/bin/cri-guard", exe),
+		"kubelet.service":                     "[Unit]\nDescription=stand-in kubelet\n[Service]\nExecStart=/bin/echo $KUBELET_EXTRA_ARGS\n",
+		"kubelet.service.d/10-cri-guard.conf": string(dropIn),
+	}
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range []string{"cri-guard.service", "kubelet.service"} {
+		t.Run(u, func(t *testing.T) {
+			cmd := exec.Command(analyze, "verify", "--man=no", filepath.Join(dir, u))
+			cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":", "SYSTEMD_LOG_COLOR=0")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("systemd-analyze verify %s: %v\n%s", u, err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, dir) || strings.Contains(line, "cri-guard") {
+					t.Errorf("systemd-analyze: %s", line)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+// statusTimeout bounds `cri-guard status`.
+const statusTimeout = 10 * time.Second
+
+// statusDecisions is how many recent decisions the table shows.
+const statusDecisions = 20
+
+// statusCmd is `cri-guard status [--admin PATH] [--json]`: it asks the
+// running daemon on its admin socket and prints a table, or the JSON
+// document as the daemon sent it.
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("admin", config.Default().AdminSocket, "cri-guard's admin socket (adminSocket in the config)")
+	asJSON := fs.Bool("json", false, "print the status document as JSON")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: cri-guard status [--admin PATH] [--json]\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	if *asJSON {
+		raw, err := admin.FetchRaw(ctx, *path)
+		if err != nil {
+			fmt.Fprintf(stderr, "cri-guard: %v\n", err)
+			return 1
+		}
+		_, _ = stdout.Write(raw)
+		return 0
+	}
+	st, err := admin.Fetch(ctx, *path)
+	if err != nil {
+		fmt.Fprintf(stderr, "cri-guard: %v\n", err)
+		return 1
+	}
+	if err := printStatus(stdout, st); err != nil {
+		fmt.Fprintf(stderr, "cri-guard: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// printStatus renders the status as tables for people.
+func printStatus(out io.Writer, st admin.Status) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	dry := ""
+	if st.DryRun {
+		dry = "  DRY RUN (evictions are only logged)"
+	}
+	fmt.Fprintf(w, "cri-guard %s%s\n", st.Version, dry)
+	fmt.Fprintf(w, "runtime:\t%s\t%s\n", st.Runtime.Endpoint, st.Runtime.State)
+	sampled := "never"
+	if !st.SampledAt.IsZero() {
+		sampled = fmt.Sprintf("%s (%s ago, %s)", st.SampledAt.Format(time.RFC3339), st.Time.Sub(st.SampledAt).Round(time.Second), st.Source)
+	}
+	fmt.Fprintf(w, "sampled:\t%s\n", sampled)
+	if st.StatsError != "" {
+		fmt.Fprintf(w, "stats error:\t%s\n", st.StatsError)
+	}
+	conds := "none"
+	if len(st.Conditions) > 0 {
+		conds = strings.Join(st.Conditions, ", ")
+	}
+	fmt.Fprintf(w, "conditions:\t%s\n", conds)
+	if len(st.Met) > 0 {
+		fmt.Fprintf(w, "acting:\t%s\n", strings.Join(st.Met, "; "))
+	}
+
+	fmt.Fprintf(w, "\nSIGNAL\tOBSERVED\tTHRESHOLDS\n")
+	for _, s := range st.Signals {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", s.Signal, orDash(signalText(s)), thresholdsText(s))
+	}
+
+	fmt.Fprintf(w, "\nRANK\tPOD\tQOS\tCRITICAL\tSTATE\tWORKING SET\tREQUEST\n")
+	if len(st.Pods) == 0 {
+		fmt.Fprintf(w, "-\t(no pods)\n")
+	}
+	for _, p := range st.Pods {
+		rank, ws, req := "-", "-", "-"
+		if p.Rank > 0 {
+			rank = strconv.Itoa(p.Rank)
+		}
+		if p.HasStats {
+			ws = humanBytes(p.WorkingSetBytes)
+			if p.RequestBytes > 0 {
+				req = humanBytes(p.RequestBytes)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", rank, p.Namespace, p.Name, p.QOS, yesNo(p.Critical), p.State, ws, req)
+	}
+
+	ds := st.Decisions
+	if len(ds) > statusDecisions {
+		ds = ds[len(ds)-statusDecisions:]
+	}
+	fmt.Fprintf(w, "\nTIME\tDECISION\tPOD\tSIGNAL\tREASON\tMESSAGE\n")
+	if len(ds) == 0 {
+		fmt.Fprintf(w, "-\t(none yet)\n")
+	}
+	for _, d := range ds {
+		who := "-"
+		if d.Pod != nil {
+			who = d.Pod.Namespace + "/" + d.Pod.Name
+			if d.Restored {
+				who += " (restored)"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", d.Time.Format(time.RFC3339), d.Kind, who, orDash(d.Signal), orDash(d.Reason), orDash(strings.TrimSpace(d.Message)))
+	}
+	return w.Flush()
+}
+
+// signalText renders an observed signal: bytes for memory, percent for PSI.
+func signalText(s admin.Signal) string {
+	if s.Observed == "" {
+		return ""
+	}
+	if pressure.Signal(s.Signal).IsPSI() {
+		return s.Observed
+	}
+	return humanBytes(int64(s.Value))
+}
+
+func thresholdsText(s admin.Signal) string {
+	op := "<"
+	if pressure.Signal(s.Signal).IsPSI() {
+		op = ">"
+	}
+	parts := make([]string, 0, len(s.Thresholds))
+	for _, t := range s.Thresholds {
+		p := t.Kind + " " + op + t.Value
+		if strings.HasSuffix(t.Value, "%") && !pressure.Signal(s.Signal).IsPSI() && t.Limit > 0 {
+			p += " (" + humanBytes(int64(t.Limit)) + ")"
+		}
+		if t.GracePeriod != "" {
+			p += " grace " + t.GracePeriod
+		}
+		if t.MinReclaim != "" {
+			p += " min-reclaim " + t.MinReclaim
+		}
+		if t.Crossed {
+			p += " CROSSED"
+		}
+		parts = append(parts, p)
+	}
+	return orDash(strings.Join(parts, ", "))
+}
+
+// humanBytes renders a byte count with a binary unit: 20Gi, 1.5Mi, 512.
+func humanBytes(b int64) string {
+	units := []string{"Ki", "Mi", "Gi", "Ti", "Pi"}
+	neg := b < 0
+	if neg {
+		b = -b
+	}
+	v, unit := float64(b), ""
+	for _, u := range units {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0") + unit
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// observedText renders an observation for messages: bytes with humanBytes.
+func observedText(o pressure.Observation) string {
+	if o.Signal.IsPSI() {
+		return o.String()
+	}
+	return humanBytes(o.Available)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+)
+
+// testDaemon is an in-process cri-guard in front of the fake runtime.
+type testDaemon struct {
+	opts options
+	rt   runtimeapi.RuntimeServiceClient
+}
+
+// startDaemon runs run() on a fake node and a fake runtime until the test ends.
+func startDaemon(t *testing.T, mutate func(*options)) *testDaemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cgs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"))
+	cg, proc := fakeNode(t, dir)
+	opts := defaultOptions()
+	c := &opts.Config
+	c.Listen, c.RuntimeEndpoint, c.StateDir = filepath.Join(dir, "g", "cri-guard.sock"), fake.Path, filepath.Join(dir, "state")
+	c.AdminSocket, c.MetricsAddress, c.PSITrigger = filepath.Join(dir, "g", "admin.sock"), "", ""
+	c.CgroupRoot, c.ProcRoot = cg, proc
+	if mutate != nil {
+		mutate(&opts)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, opts, log.WithField("component", "main")) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	conn, err := grpc.NewClient("unix://"+c.Listen, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	d := &testDaemon{opts: opts, rt: runtimeapi.NewRuntimeServiceClient(conn)}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if _, err := d.rt.Version(wctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (d *testDaemon) runPod(t *testing.T, name string) {
+	t.Helper()
+	_, err := d.rt.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: "uid-" + name},
+		Linux:    &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "kubepods/besteffort/poduid-" + name},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	d := startDaemon(t, nil)
+	d.runPod(t, "web")
+	socket := d.opts.Config.AdminSocket
+
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"status", "--admin", socket}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"conditions:  none", "memory.available", "hard <100Mi", "default/web", "BestEffort", "admit"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	out.Reset()
+	if code := realMain([]string{"status", "--admin", socket, "--json"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var st admin.Status
+	if err := json.Unmarshal(out.Bytes(), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out.String())
+	}
+	if len(st.Pods) != 1 || st.Pods[0].Name != "web" || st.Pods[0].QOS != "BestEffort" || st.Pods[0].Rank != 1 || st.Pods[0].State != "ready" {
+		t.Errorf("pods %+v", st.Pods)
+	}
+	if len(st.Decisions) == 0 || st.Decisions[len(st.Decisions)-1].Kind != "admit" {
+		t.Errorf("decisions %+v", st.Decisions)
+	}
+	if !st.Runtime.Connected || st.Runtime.Endpoint != "unix://"+d.opts.Config.RuntimeEndpoint {
+		t.Errorf("runtime %+v", st.Runtime)
+	}
+	if len(st.Signals) == 0 || st.Signals[0].Signal != "memory.available" || st.Signals[0].Value != 2<<30 {
+		t.Errorf("signals %+v", st.Signals)
+	}
+}
+
+func TestStatusNotRunning(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "admin.sock")
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"status", "--admin", path}, &out, &errOut); code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	if want := "cri-guard: is cri-guard running? no admin socket at " + path + "\n"; errOut.String() != want {
+		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestRunServesMetrics(t *testing.T) {
+	addr := freeAddr(t)
+	d := startDaemon(t, func(o *options) { o.Config.MetricsAddress = addr })
+	d.runPod(t, "web")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`cri_guard_cri_request_duration_seconds_count{method="/runtime.v1.RuntimeService/RunPodSandbox"} 1`,
+		`cri_guard_admissions_total{reason="",result="admit"} 1`,
+		`cri_guard_checkpoint_operations_total{op="put",result="ok"} 2`,
+		`cri_guard_runtime_connected 1`,
+		`cri_guard_node_condition{condition="MemoryPressure"} 0`,
+		`cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.048576e+08`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", b)
+	}
+}

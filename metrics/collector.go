@@ -1,0 +1,154 @@
+package metrics
+
+import (
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+// StateSource is what the Collector reads at scrape time.
+type StateSource struct {
+	// Snapshot is the eviction manager's status (evictor.Manager.Snapshot).
+	Snapshot func() evictor.Status
+	// Connected reports whether the runtime connection is up
+	// (runtimeproxy.Client.State() == connectivity.Ready); nil omits
+	// cri_guard_runtime_connected.
+	Connected func() bool
+}
+
+// Collector turns the latest eviction-manager snapshot and the thresholds
+// into gauges when Prometheus scrapes; it owns no goroutine.
+type Collector struct {
+	src StateSource
+
+	mu         sync.Mutex
+	thresholds []pressure.Threshold
+
+	signal     *prometheus.Desc
+	threshold  *prometheus.Desc
+	condition  *prometheus.Desc
+	connected  *prometheus.Desc
+	sampledAt  *prometheus.Desc
+	statsError *prometheus.Desc
+}
+
+// conditions are always exported, 0 when absent.
+var conditions = []string{evictor.ConditionMemoryPressure}
+
+// NewCollector returns a collector over src applying thresholds (replace
+// them with SetThresholds after a reload).
+func NewCollector(src StateSource, thresholds []pressure.Threshold) *Collector {
+	return &Collector{
+		src:        src,
+		thresholds: slices.Clone(thresholds),
+		signal: prometheus.NewDesc(Namespace+"_signal_value",
+			"Last observed value of each eviction signal: bytes for memory signals, percent for PSI signals.",
+			[]string{"signal"}, nil),
+		threshold: prometheus.NewDesc(Namespace+"_threshold_value",
+			"Eviction thresholds, by signal and kind (hard, soft): bytes (percentages resolved against the last observed capacity) or percent for PSI.",
+			[]string{"signal", "kind"}, nil),
+		condition: prometheus.NewDesc(Namespace+"_node_condition",
+			"Node conditions cri-guard reports: 1 while set.",
+			[]string{"condition"}, nil),
+		connected: prometheus.NewDesc(Namespace+"_runtime_connected",
+			"1 when the connection to the container runtime is ready.", nil, nil),
+		sampledAt: prometheus.NewDesc(Namespace+"_last_sample_timestamp_seconds",
+			"Unix time of the last pressure sample.", nil, nil),
+		statsError: prometheus.NewDesc(Namespace+"_stats_error",
+			"1 when the last pressure sample could not be read.", nil, nil),
+	}
+}
+
+// SetThresholds replaces the thresholds exported (SIGHUP reload).
+func (c *Collector) SetThresholds(ts []pressure.Threshold) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.thresholds = slices.Clone(ts)
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	var st evictor.Status
+	if c.src.Snapshot != nil {
+		st = c.src.Snapshot()
+	}
+	for sig, obs := range st.Observed {
+		ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, SignalValue(obs), string(sig))
+	}
+	c.mu.Lock()
+	ts := c.thresholds
+	c.mu.Unlock()
+	for _, t := range ts {
+		v, ok := ThresholdValue(t, st.Observed[t.Signal])
+		if !ok {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, v, string(t.Signal), thresholdKind(t))
+	}
+	for _, cond := range conditions {
+		v := 0.0
+		if slices.Contains(st.Conditions, cond) {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.condition, prometheus.GaugeValue, v, cond)
+	}
+	if c.src.Connected != nil {
+		ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, boolValue(c.src.Connected()))
+	}
+	if !st.SampledAt.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.sampledAt, prometheus.GaugeValue, float64(st.SampledAt.UnixNano())/1e9)
+	}
+	ch <- prometheus.MustNewConstMetric(c.statsError, prometheus.GaugeValue, boolValue(st.StatsError != ""))
+}
+
+// SignalValue is an observation as a number: available bytes for memory
+// signals, percent for PSI signals.
+func SignalValue(o pressure.Observation) float64 {
+	if o.Signal.IsPSI() {
+		return o.Percent
+	}
+	return float64(o.Available)
+}
+
+// ThresholdValue is a threshold in the unit of SignalValue. A percentage of
+// a memory signal needs the observed capacity; ok is false without it.
+func ThresholdValue(t pressure.Threshold, o pressure.Observation) (v float64, ok bool) {
+	switch {
+	case t.Signal.IsPSI():
+		// Percentages are parsed in float32, as the kubelet does: trim the noise.
+		return math.Round(t.Value.Percentage*100*1e4) / 1e4, true
+	case t.Value.Quantity != nil:
+		return float64(t.Value.Quantity.Value()), true
+	case o.Capacity > 0:
+		return float64(t.Value.Bytes(o.Capacity)), true
+	}
+	return 0, false
+}
+
+func thresholdKind(t pressure.Threshold) string {
+	if t.Hard {
+		return "hard"
+	}
+	return "soft"
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var _ prometheus.Collector = (*Collector)(nil)

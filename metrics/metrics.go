@@ -1,0 +1,134 @@
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-guard/cri-guard/evictor"
+)
+
+// Namespace prefixes every series.
+const Namespace = "cri_guard"
+
+// Metrics holds cri-guard's event-driven series and the registry they
+// are registered on.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	criDuration   *prometheus.HistogramVec
+	criErrors     *prometheus.CounterVec
+	admissions    *prometheus.CounterVec
+	evictions     *prometheus.CounterVec
+	dryRun        *prometheus.CounterVec
+	evictFailures *prometheus.CounterVec
+	unable        *prometheus.CounterVec
+	statsErrors   prometheus.Counter
+	checkpointOps *prometheus.CounterVec
+
+	// methods maps a full method name to its histogram child, built once
+	// per method so that the hot path does no label lookup.
+	methods sync.Map // string → prometheus.Observer
+}
+
+// criBuckets spans a fast pass-through (100µs) to slow image pulls (~1m).
+var criBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// New builds the series and registers them, with the Go runtime and
+// process collectors, on a new registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "cri_request_duration_seconds",
+			Help:    "Duration of CRI calls served to the kubelet, by full gRPC method, as seen by cri-guard.",
+			Buckets: criBuckets,
+		}, []string{"method"}),
+		criErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "cri_request_errors_total",
+			Help: "CRI calls that ended with an error, by full gRPC method and status code.",
+		}, []string{"method", "code"}),
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "admissions_total",
+			Help: "Pod sandbox admission decisions, by result (admit, refuse) and reason.",
+		}, []string{"result", "reason"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "evictions_total",
+			Help: "Pods stopped by eviction, by the signal whose threshold was met.",
+		}, []string{"signal"}),
+		dryRun: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "dry_run_evictions_total",
+			Help: "Evictions that dry-run mode logged instead of stopping the pod, by signal.",
+		}, []string{"signal"}),
+		evictFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "eviction_failures_total",
+			Help: "Evictions that failed to stop the pod, by signal.",
+		}, []string{"signal"}),
+		unable: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "eviction_unable_total",
+			Help: "Eviction passes with a threshold met but no evictable pod, by signal.",
+		}, []string{"signal"}),
+		statsErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "stats_errors_total",
+			Help: "Pressure samples that could not be read.",
+		}),
+		checkpointOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "checkpoint_operations_total",
+			Help: "Checkpoint store operations (put, list, delete) by result (ok, error).",
+		}, []string{"op", "result"}),
+	}
+	m.reg.MustRegister(m.criDuration, m.criErrors, m.admissions, m.evictions, m.dryRun,
+		m.evictFailures, m.unable, m.statsErrors, m.checkpointOps,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, op := range []string{opPut, opList, opDelete} {
+		for _, r := range []string{resultOK, resultError} {
+			m.checkpointOps.WithLabelValues(op, r)
+		}
+	}
+	return m
+}
+
+// Registry returns the registry the series are registered on.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Observe records one CRI call (server.Observer): its duration, and when
+// err is not nil its status code.
+func (m *Metrics) Observe(method string, d time.Duration, err error) {
+	m.methodObserver(method).Observe(d.Seconds())
+	if err != nil {
+		m.criErrors.WithLabelValues(method, status.Code(err).String()).Inc()
+	}
+}
+
+func (m *Metrics) methodObserver(method string) prometheus.Observer {
+	if o, ok := m.methods.Load(method); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := m.methods.LoadOrStore(method, m.criDuration.WithLabelValues(method))
+	return o.(prometheus.Observer)
+}
+
+// Decided records one evictor decision (evictor.Observer).
+func (m *Metrics) Decided(d evictor.Decision) {
+	switch d.Kind {
+	case evictor.KindAdmit:
+		m.admissions.WithLabelValues("admit", d.Reason).Inc()
+	case evictor.KindRefuse:
+		m.admissions.WithLabelValues("refuse", d.Reason).Inc()
+	case evictor.KindEvict:
+		m.evictions.WithLabelValues(d.Signal).Inc()
+	case evictor.KindDryRun:
+		m.dryRun.WithLabelValues(d.Signal).Inc()
+	case evictor.KindEvictFailed:
+		m.evictFailures.WithLabelValues(d.Signal).Inc()
+	case evictor.KindUnable:
+		m.unable.WithLabelValues(d.Signal).Inc()
+	case evictor.KindStatsError:
+		m.statsErrors.Inc()
+	}
+}
+
+var _ evictor.Observer = (*Metrics)(nil)

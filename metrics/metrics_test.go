@@ -1,0 +1,243 @@
+package metrics
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+const versionMethod = "/runtime.v1.RuntimeService/Version"
+
+func TestObserve(t *testing.T) {
+	m := New()
+	m.Observe(versionMethod, 2*time.Millisecond, nil)
+	m.Observe(versionMethod, 3*time.Millisecond, status.Error(codes.Unavailable, "down"))
+	m.Observe("/runtime.v1.RuntimeService/Status", time.Millisecond, errors.New("plain"))
+	want := `
+# HELP cri_guard_cri_request_errors_total CRI calls that ended with an error, by full gRPC method and status code.
+# TYPE cri_guard_cri_request_errors_total counter
+cri_guard_cri_request_errors_total{code="Unavailable",method="/runtime.v1.RuntimeService/Version"} 1
+cri_guard_cri_request_errors_total{code="Unknown",method="/runtime.v1.RuntimeService/Status"} 1
+`
+	compareText(t, m.reg, want, "cri_guard_cri_request_errors_total")
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "cri_guard_cri_request_duration_seconds" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			counts[mt.GetLabel()[0].GetValue()] = mt.GetHistogram().GetSampleCount()
+		}
+	}
+	if counts[versionMethod] != 2 || counts["/runtime.v1.RuntimeService/Status"] != 1 {
+		t.Errorf("histogram sample counts %v", counts)
+	}
+}
+
+func TestDecided(t *testing.T) {
+	m := New()
+	for _, d := range []evictor.Decision{
+		{Kind: evictor.KindAdmit},
+		{Kind: evictor.KindAdmit},
+		{Kind: evictor.KindRefuse, Reason: evictor.ReasonEvicted},
+		{Kind: evictor.KindEvict, Signal: "memory.available"},
+		{Kind: evictor.KindDryRun, Signal: "memory.pressure.full.avg10"},
+		{Kind: evictor.KindEvictFailed, Signal: "memory.available"},
+		{Kind: evictor.KindUnable, Signal: "memory.available"},
+		{Kind: evictor.KindStatsError},
+	} {
+		m.Decided(d)
+	}
+	tests := []struct {
+		name string
+		c    prometheus.Metric
+		want float64
+	}{
+		{"admit", m.admissions.WithLabelValues("admit", ""), 2},
+		{"refuse", m.admissions.WithLabelValues("refuse", "Evicted"), 1},
+		{"evict", m.evictions.WithLabelValues("memory.available"), 1},
+		{"dry run is not an eviction", m.evictions.WithLabelValues("memory.pressure.full.avg10"), 0},
+		{"dry run", m.dryRun.WithLabelValues("memory.pressure.full.avg10"), 1},
+		{"evict failed", m.evictFailures.WithLabelValues("memory.available"), 1},
+		{"unable", m.unable.WithLabelValues("memory.available"), 1},
+		{"stats error", m.statsErrors, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := value(t, tt.c); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+type fakeStore struct{ err error }
+
+func (f fakeStore) Put(checkpoint.Record) error        { return f.err }
+func (f fakeStore) List() ([]checkpoint.Record, error) { return nil, f.err }
+func (f fakeStore) Delete(string) error                { return f.err }
+
+func TestInstrumentStore(t *testing.T) {
+	m := New()
+	ok := m.InstrumentStore(fakeStore{})
+	bad := m.InstrumentStore(fakeStore{err: checkpoint.ErrNotFound})
+	_ = ok.Put(checkpoint.Record{})
+	_ = ok.Put(checkpoint.Record{})
+	_, _ = ok.List()
+	if err := bad.Delete("k"); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Errorf("Delete error %v not passed through", err)
+	}
+	if err := bad.Put(checkpoint.Record{}); err == nil {
+		t.Error("Put error swallowed")
+	}
+	want := `
+# HELP cri_guard_checkpoint_operations_total Checkpoint store operations (put, list, delete) by result (ok, error).
+# TYPE cri_guard_checkpoint_operations_total counter
+cri_guard_checkpoint_operations_total{op="delete",result="error"} 1
+cri_guard_checkpoint_operations_total{op="delete",result="ok"} 0
+cri_guard_checkpoint_operations_total{op="list",result="error"} 0
+cri_guard_checkpoint_operations_total{op="list",result="ok"} 1
+cri_guard_checkpoint_operations_total{op="put",result="error"} 1
+cri_guard_checkpoint_operations_total{op="put",result="ok"} 2
+`
+	compareText(t, m.reg, want, "cri_guard_checkpoint_operations_total")
+}
+
+func mustThresholds(t *testing.T, cfg pressure.ThresholdConfig) []pressure.Threshold {
+	t.Helper()
+	ts, err := pressure.ParseThresholds(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+func TestCollector(t *testing.T) {
+	const gi = 1 << 30
+	ts := mustThresholds(t, pressure.ThresholdConfig{
+		Hard:            map[string]string{"memory.available": "100Mi", "memory.pressure.full.avg10": "40%"},
+		Soft:            map[string]string{"memory.available": "10%"},
+		SoftGracePeriod: map[string]string{"memory.available": "30s"},
+	})
+	st := evictor.Status{
+		SampledAt: time.Unix(1700000000, 0),
+		Observed: map[pressure.Signal]pressure.Observation{
+			pressure.SignalMemoryAvailable: {Signal: pressure.SignalMemoryAvailable, Available: 2 * gi, Capacity: 4 * gi},
+			pressure.SignalPSIFullAvg10:    {Signal: pressure.SignalPSIFullAvg10, Percent: 12.5},
+		},
+		Conditions: []string{evictor.ConditionMemoryPressure},
+	}
+	connected := false
+	c := NewCollector(StateSource{Snapshot: func() evictor.Status { return st }, Connected: func() bool { return connected }}, ts)
+	want := `
+# HELP cri_guard_node_condition Node conditions cri-guard reports: 1 while set.
+# TYPE cri_guard_node_condition gauge
+cri_guard_node_condition{condition="MemoryPressure"} 1
+# HELP cri_guard_runtime_connected 1 when the connection to the container runtime is ready.
+# TYPE cri_guard_runtime_connected gauge
+cri_guard_runtime_connected 0
+# HELP cri_guard_signal_value Last observed value of each eviction signal: bytes for memory signals, percent for PSI signals.
+# TYPE cri_guard_signal_value gauge
+cri_guard_signal_value{signal="memory.available"} 2.147483648e+09
+cri_guard_signal_value{signal="memory.pressure.full.avg10"} 12.5
+# HELP cri_guard_stats_error 1 when the last pressure sample could not be read.
+# TYPE cri_guard_stats_error gauge
+cri_guard_stats_error 0
+# HELP cri_guard_threshold_value Eviction thresholds, by signal and kind (hard, soft): bytes (percentages resolved against the last observed capacity) or percent for PSI.
+# TYPE cri_guard_threshold_value gauge
+cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.048576e+08
+cri_guard_threshold_value{kind="hard",signal="memory.pressure.full.avg10"} 40
+cri_guard_threshold_value{kind="soft",signal="memory.available"} 4.29496736e+08
+`
+	collectorText(t, c, want,
+		"cri_guard_node_condition", "cri_guard_runtime_connected", "cri_guard_signal_value", "cri_guard_stats_error", "cri_guard_threshold_value")
+
+	// After a reload with no soft threshold, the pressure gone and the
+	// runtime back.
+	c.SetThresholds(mustThresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}}))
+	st.Conditions = nil
+	connected = true
+	want = `
+# HELP cri_guard_node_condition Node conditions cri-guard reports: 1 while set.
+# TYPE cri_guard_node_condition gauge
+cri_guard_node_condition{condition="MemoryPressure"} 0
+# HELP cri_guard_runtime_connected 1 when the connection to the container runtime is ready.
+# TYPE cri_guard_runtime_connected gauge
+cri_guard_runtime_connected 1
+# HELP cri_guard_threshold_value Eviction thresholds, by signal and kind (hard, soft): bytes (percentages resolved against the last observed capacity) or percent for PSI.
+# TYPE cri_guard_threshold_value gauge
+cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.073741824e+09
+`
+	collectorText(t, c, want,
+		"cri_guard_node_condition", "cri_guard_runtime_connected", "cri_guard_threshold_value")
+}
+
+func TestThresholdValueWithoutCapacity(t *testing.T) {
+	q := resource.MustParse("100Mi")
+	tests := []struct {
+		name   string
+		t      pressure.Threshold
+		want   float64
+		wantOK bool
+	}{
+		{"quantity", pressure.Threshold{Signal: pressure.SignalMemoryAvailable, Value: pressure.Value{Quantity: &q}}, 100 << 20, true},
+		{"percent of unknown capacity", pressure.Threshold{Signal: pressure.SignalMemoryAvailable, Value: pressure.Value{Percentage: 0.1}}, 0, false},
+		{"psi", pressure.Threshold{Signal: pressure.SignalPSISomeAvg10, Value: pressure.Value{Percentage: 0.2}}, 20, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ThresholdValue(tt.t, pressure.Observation{})
+			if ok != tt.wantOK || math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestHandler(t *testing.T) {
+	m := New()
+	m.Decided(evictor.Decision{Kind: evictor.KindRefuse, Reason: evictor.ReasonEvicted})
+	m.Registry().MustRegister(NewCollector(StateSource{Snapshot: func() evictor.Status { return evictor.Status{} }}, nil))
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`cri_guard_admissions_total{reason="Evicted",result="refuse"} 1`,
+		`cri_guard_node_condition{condition="MemoryPressure"} 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func BenchmarkObserve(b *testing.B) {
+	m := New()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Observe(versionMethod, time.Millisecond, nil)
+	}
+}
