@@ -376,3 +376,24 @@ func BenchmarkRank1000(b *testing.B) {
 		m.rank(pods)
 	}
 }
+
+// BenchmarkAdmit is the admission decision alone, with stats fresh enough
+// not to be read again (the common case: one sample per second at most).
+func BenchmarkAdmit(b *testing.B) {
+	s, c := &fakeSampler{}, newClock()
+	s.available(50 * mi)
+	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := New(Config{Thresholds: ts}, Options{Sampler: s, Kill: (&recorder{}).kill, Now: c.now, Log: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)}
+	m.Admit(a)
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Admit(a)
+	}
+}
