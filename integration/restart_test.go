@@ -60,19 +60,35 @@ func TestContainerdRestart(t *testing.T) {
 
 	rtScriptRun(t, "start-containerd") // returns once containerd answers on its socket
 	restarted = true
+	// containerd's CRI plugin answers "not initialized yet" for a while after
+	// its socket is back: measure the first success directly and through
+	// cri-guard in the same loop; cri-guard's own delay is the difference.
+	direct, _ := dialCRI(t, env.containerd)
+	directCall := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := direct.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		return err
+	}
 	back := time.Now()
+	var directOK, proxyOK time.Duration
 	var lastErr error
-	for attempt := 1; ; attempt++ {
-		lastErr = call(time.Second)
-		if lastErr == nil {
-			t.Logf("first success through cri-guard %v after containerd was back (%d attempts, 20ms poll)", time.Since(back).Round(time.Millisecond), attempt)
-			break
+	for attempt := 1; directOK == 0 || proxyOK == 0; attempt++ {
+		if directOK == 0 && directCall() == nil {
+			directOK = time.Since(back)
+		}
+		if proxyOK == 0 {
+			if lastErr = call(time.Second); lastErr == nil {
+				proxyOK = time.Since(back)
+			}
 		}
 		if time.Since(back) > 15*time.Second {
-			t.Fatalf("cri-guard did not recover within 15s of containerd restarting: %v\n%s", lastErr, g.logTail())
+			t.Fatalf("no recovery within 15s of containerd restarting (direct %v, through cri-guard %v): %v\n%s", directOK, proxyOK, lastErr, g.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	t.Logf("first success after containerd's socket was back: direct %v, through cri-guard %v (cri-guard's added delay %v; 20ms poll)",
+		directOK.Round(time.Millisecond), proxyOK.Round(time.Millisecond), (proxyOK - directOK).Round(time.Millisecond))
 	st, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: run.PodSandboxId})
 	if err != nil {
 		t.Fatalf("PodSandboxStatus after the restart: %v", err)

@@ -7,6 +7,8 @@
 #   scripts/rt.sh start-containerd    start containerd again with the same config
 #   scripts/rt.sh restart-containerd  stop-containerd + start-containerd
 #   scripts/rt.sh status              exit 0 when containerd and the registry are up
+#   scripts/rt.sh up-events           start (or keep) the events instance; idempotent
+#   scripts/rt.sh down-events         undo everything `up-events` did
 #
 # The stack: Debian's containerd 1.6 + runc, a CNI bridge ($BRIDGE, $SUBNET), a
 # local docker-registry on $REG that stands in for every upstream registry (so
@@ -16,6 +18,14 @@
 # cgroups /$CG/containerd; pods should use cgroup parents under /$CG-pods.
 # Tools are cached in $CACHE (CRI_GUARD_CACHE, default ~/.cache/cri-guard).
 # `up` writes $RT/env (source it), $RT/crictl.yaml and $RT/test-images.yaml.
+#
+# The events instance is independent of the stack above (either may be up
+# alone): containerd $CTRD_EVENTS, built from its Go module because Debian's 1.6
+# answers GetContainerEvents with Unimplemented, with its own shim, root, state
+# and socket under $RTE (CRI_GUARD_RT_EVENTS_DIR, default $RT-events), the v1
+# cgroups /$CGE/containerd, no CNI (its pods must use the host network and
+# cgroup parents under /$CGE-pods) and only the pause image, imported offline.
+# `up-events` writes $RTE/env (it exports CRI_GUARD_RT_EVENTS, the socket).
 set -euo pipefail
 
 RT=${CRI_GUARD_RT:-/tmp/cri-guard-rt}
@@ -30,6 +40,10 @@ CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
 TOOLS=$CACHE/tools-$CRI_TOOLS/bin
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MARK=$RT/.cri-guard-rt
+CTRD_EVENTS=v1.7.35 # latest 1.7 on the module proxy; 1.7 is the first with GetContainerEvents
+RTE=${CRI_GUARD_RT_EVENTS_DIR:-$RT-events}
+CGE=cri-guard-rt-events
+CTRD_BIN=$CACHE/containerd-$CTRD_EVENTS/bin
 export CGO_ENABLED=0
 
 T0=$EPOCHREALTIME
@@ -88,19 +102,29 @@ tools() {
     ts "go install ginkgo $GINKGO"
     GOBIN=$TOOLS go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO"
   fi
-  # Debian's *dynamic* busybox: busybox-static runs applets even when masked.
+  busybox
+  mkdir -p "$RT/bin"
+  for t in crictl critest ginkgo; do ln -sf "$TOOLS/$t" "$RT/bin/$t"; done
+  image_helpers "$RT/bin"
+}
+
+# busybox: Debian's *dynamic* busybox: busybox-static runs applets even when masked.
+busybox() {
+  mkdir -p "$CACHE/dl"
   if [ ! -x "$CACHE/dl/bin/busybox" ]; then
     ts "apt-get download busybox"
     (cd "$CACHE/dl" && rm -f busybox_*.deb &&
       { apt-get download -q busybox >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get download -q busybox >/dev/null; }; } &&
       dpkg-deb -x busybox_*.deb .)
   fi
+}
+
+# image_helpers DIR: the images' binaries and tools/mkimages, built into DIR.
+image_helpers() {
   ts "build images helpers + mkimages"
-  mkdir -p "$RT/bin"
-  for t in crictl critest ginkgo; do ln -sf "$TOOLS/$t" "$RT/bin/$t"; done
   (cd "$SRC" && for p in pause nnp fakenginx; do
-    go build -trimpath -ldflags='-s -w' -o "$RT/bin/$p" "./tools/images/$p"
-  done && go build -o "$RT/bin/mkimages" ./tools/mkimages)
+    go build -trimpath -ldflags='-s -w' -o "$1/$p" "./tools/images/$p"
+  done && go build -o "$1/mkimages" ./tools/mkimages)
 }
 
 configs() {
@@ -269,6 +293,129 @@ down() {
   ts "down done"
 }
 
+# events_tools: containerd and its runc shim at $CTRD_EVENTS. `go install
+# pkg@version` refuses containerd's go.mod (exclude directives), so build inside
+# the module cache copy, as for critest.
+events_tools() {
+  if ! "$CTRD_BIN/containerd" --version 2>/dev/null | grep -q " $CTRD_EVENTS " ||
+    [ ! -x "$CTRD_BIN/containerd-shim-runc-v2" ]; then
+    ts "build containerd $CTRD_EVENTS (cold: ~8 min, mostly module downloads)"
+    local mod
+    mod=$(cd /tmp && go mod download -json "github.com/containerd/containerd@$CTRD_EVENTS" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+    mkdir -p "$CTRD_BIN"
+    (cd "$mod" &&
+      go build -trimpath -tags 'no_btrfs no_devmapper no_zfs no_aufs' \
+        -ldflags "-X github.com/containerd/containerd/version.Version=$CTRD_EVENTS" \
+        -o "$CTRD_BIN/containerd.tmp" ./cmd/containerd &&
+      go build -trimpath -o "$CTRD_BIN/containerd-shim-runc-v2.tmp" ./cmd/containerd-shim-runc-v2) &&
+      mv "$CTRD_BIN/containerd-shim-runc-v2.tmp" "$CTRD_BIN/containerd-shim-runc-v2" &&
+      mv "$CTRD_BIN/containerd.tmp" "$CTRD_BIN/containerd"
+  fi
+}
+
+events_configs() {
+  mkdir -p "$RTE"/{root,state,logs,opt,cni/net.d,bin,images}
+  cat >"$RTE/containerd.toml" <<TOML
+version = 2
+root = "$RTE/root"
+state = "$RTE/state"
+[grpc]
+  address = "$RTE/containerd.sock"
+[ttrpc]
+  address = "$RTE/containerd.sock.ttrpc"
+[cgroup]
+  path = "/$CGE/containerd"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$RTE/opt"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = "$CTRD_BIN/containerd-shim-runc-v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "$RTE/state/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    # Empty on purpose: host-network pods only.
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$RTE/cni/net.d"
+TOML
+  printf 'export CRI_GUARD_RT_EVENTS=%s/containerd.sock\nexport CRI_GUARD_RT_EVENTS_POD_CGROUP=/%s-pods\n' "$RTE" "$CGE" >"$RTE/env"
+}
+
+events_ok() {
+  alive "$RTE/containerd.pid" containerd && ctr -a "$RTE/containerd.sock" version >/dev/null 2>&1
+}
+
+up_events() {
+  if [ -f "$RTE/.cri-guard-rt-events" ] && events_ok; then
+    ts "events instance already up: source $RTE/env"
+    return 0
+  fi
+  [ -e "$RTE" ] && down_events
+  apt_install runc containerd # runc, and ctr for the image import
+  command -v go >/dev/null || die "go is required"
+  events_tools
+  mkdir -p "$RTE" && touch "$RTE/.cri-guard-rt-events"
+  events_configs
+  busybox
+  image_helpers "$RTE/bin"
+  ts "images (build)"
+  "$RTE/bin/mkimages" -out "$RTE/images" -pause "$RTE/bin/pause" -busybox "$CACHE/dl/bin/busybox" \
+    -nnp "$RTE/bin/nnp" -fakenginx "$RTE/bin/fakenginx" >"$RTE/logs/mkimages.log"
+  ts "containerd $CTRD_EVENTS"
+  rm -f "$RTE/containerd.sock" "$RTE/containerd.sock.ttrpc"
+  setsid "$CTRD_BIN/containerd" --config "$RTE/containerd.toml" >>"$RTE/logs/containerd.log" 2>&1 </dev/null &
+  echo $! >"$RTE/containerd.pid"
+  local i
+  for i in $(seq 300); do
+    events_ok && break
+    alive "$RTE/containerd.pid" containerd || break
+    sleep 0.1
+  done
+  events_ok || { tail -20 "$RTE/logs/containerd.log" >&2; die "containerd $CTRD_EVENTS did not start (log: $RTE/logs/containerd.log)"; }
+  ctr -a "$RTE/containerd.sock" -n k8s.io images import "$RTE/images/pause.tar" >/dev/null
+  ts "events instance ready: source $RTE/env"
+}
+
+down_events() {
+  [ -e "$RTE" ] || return 0
+  [ -f "$RTE/.cri-guard-rt-events" ] || die "$RTE exists but was not made by rt.sh: not touching it"
+  ts "down-events"
+  if events_ok && [ -x "$TOOLS/crictl" ]; then
+    timeout 60 "$TOOLS/crictl" --runtime-endpoint "unix://$RTE/containerd.sock" --image-endpoint "unix://$RTE/containerd.sock" \
+      rmp -af >/dev/null 2>&1 || true
+  fi
+  stop_pid "$RTE/containerd.pid" containerd TERM
+  local p
+  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RTE/containerd.sock( |$)" || true); do # leftover shims, by PID
+    kill -9 "$p" 2>/dev/null || true
+  done
+  sleep 0.2
+  { findmnt -rn -o TARGET | grep "^$RTE/" || true; } | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+  local c
+  for c in /sys/fs/cgroup/*/"$CGE" /sys/fs/cgroup/*/"$CGE-pods"; do
+    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
+  done
+  if findmnt -rn -o TARGET | grep -q "^$RTE/"; then
+    die "mounts left under $RTE; not removing it"
+  fi
+  rm -rf "$RTE"
+  ts "down-events done"
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
@@ -276,5 +423,7 @@ stop-containerd) stop_containerd ;;
 start-containerd) [ -f "$MARK" ] || die "not up"; start_containerd ;;
 restart-containerd) stop_containerd; start_containerd ;;
 status) up_ok ;;
-*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status" ;;
+up-events) up_events ;;
+down-events) down_events ;;
+*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status|up-events|down-events" ;;
 esac

@@ -72,6 +72,9 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string) error {
 	if err != nil {
 		return ToStatus(err)
 	}
+	// The response headers always carry content-type, which gRPC sets
+	// itself: forward only custom headers (saves a header copy per call).
+	delete(hdr, "content-type")
 	if len(hdr) > 0 {
 		if err := ss.SetHeader(hdr); err != nil {
 			return err
@@ -141,6 +144,7 @@ func (s *Server) forwardStream(ss grpc.ServerStream, method string) error {
 	}()
 	// Downstream: runtime → kubelet.
 	hdr, err := cs.Header()
+	delete(hdr, "content-type")
 	if err == nil && len(hdr) > 0 {
 		if err := ss.SendHeader(hdr); err != nil {
 			return err

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -19,14 +21,21 @@ import (
 
 // results is everything the report prints.
 type results struct {
-	latencies               []latency
-	directTput, proxiedTput []float64
-	proxiedCalls            int64
-	latencyCPU, tputCPU     time.Duration // cri-guard CPU during each phase
-	latencyCalls            int64
-	rssIdle, rssLoad        int64 // KiB; 0 when unknown
-	pid                     int
-	sandboxes, containers   int
+	latencies             []latency
+	latencyCalls          int64 // per side
+	directTput            []float64
+	proxies               []*proxyResult
+	sandboxes, containers int
+}
+
+// proxyResult is what was measured of one cri-guard under test.
+type proxyResult struct {
+	label            string
+	pid              int // 0: CPU and memory unknown
+	tput             []float64
+	tputCalls        int64
+	latCPU, tputCPU  time.Duration
+	rssIdle, rssLoad int64 // KiB
 }
 
 func dial(endpoint string) (*grpc.ClientConn, side, error) {
@@ -69,36 +78,52 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	}
 	log.WithFields(logrus.Fields{"runtime": v.RuntimeName, "runtime_version": v.RuntimeVersion}).Info("runtime reachable")
 
-	px, err := startProxy(o, workDir, log)
-	if err != nil {
-		return err
+	var res results
+	sides := []side{direct}
+	specs := []struct{ label, env string }{{"cri-guard", o.ProxyEnv}}
+	if o.CompareEnv != "" {
+		specs[0].label = "A"
+		specs = append(specs, struct{ label, env string }{"B", o.CompareEnv})
 	}
-	defer func() {
-		if serr := px.stop(); serr != nil {
-			log.WithError(serr).Warn("stop cri-guard")
-		}
-	}()
-	pconn, proxied, err := dial(px.endpoint)
-	if err != nil {
-		return err
-	}
-	defer pconn.Close()
-	proxied.name = "cri-guard"
-	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
-	_, err = proxied.rt.Version(wctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
-	wcancel()
-	if err != nil {
-		return fmt.Errorf("cri-guard at %q: %w", px.endpoint, err)
-	}
-
-	res := results{pid: px.pid}
-	if px.pid != 0 {
-		time.Sleep(time.Second)
-		ps, err := readProcStats(px.pid)
+	for i, spec := range specs {
+		po := o
+		po.ProxyEnv = spec.env
+		po.ProxyArgs = strings.ReplaceAll(o.ProxyArgs, "{i}", strconv.Itoa(i))
+		px, err := startProxy(po, filepath.Join(workDir, fmt.Sprintf("proxy%d", i)), log)
 		if err != nil {
 			return err
 		}
-		res.rssIdle = ps.rssKiB
+		defer func() {
+			if serr := px.stop(); serr != nil {
+				log.WithError(serr).Warn("stop cri-guard")
+			}
+		}()
+		pconn, s, err := dial(px.endpoint)
+		if err != nil {
+			return err
+		}
+		defer pconn.Close()
+		s.name = spec.label
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err = s.rt.Version(wctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+		wcancel()
+		if err != nil {
+			return fmt.Errorf("cri-guard at %q: %w", px.endpoint, err)
+		}
+		sides = append(sides, s)
+		label := spec.label
+		if spec.env != "" {
+			label += " (" + spec.env + ")"
+		}
+		res.proxies = append(res.proxies, &proxyResult{label: label, pid: px.pid})
+	}
+	time.Sleep(time.Second)
+	for _, p := range res.proxies {
+		ps, err := statsOf(p.pid)
+		if err != nil {
+			return err
+		}
+		p.rssIdle = ps.rssKiB
 	}
 
 	runID := strconv.FormatInt(time.Now().Unix(), 36)
@@ -116,21 +141,22 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	}
 	res.sandboxes, res.containers = len(w.sandboxIDs), w.containers
 
-	before, _ := statsOf(px.pid)
+	before := cpuOf(res.proxies)
 	for _, m := range methods(w) {
 		n := o.Iterations
 		if m.class == "stats" {
 			n = o.StatsIterations
 		}
-		l, err := measureLatency(ctx, m, direct, proxied, n)
+		l, err := measureLatency(ctx, m, sides, n)
 		if err != nil {
 			return err
 		}
 		res.latencies = append(res.latencies, l)
 		res.latencyCalls += int64(n + warmup)
 	}
-	after, _ := statsOf(px.pid)
-	res.latencyCPU = after.cpu - before.cpu
+	for i, c := range cpuOf(res.proxies) {
+		res.proxies[i].latCPU = c - before[i]
+	}
 
 	lc := methods(w)[3] // ListContainers
 	for range o.Rounds {
@@ -139,25 +165,37 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 			return err
 		}
 		res.directTput = append(res.directTput, tp)
-		before, _ := statsOf(px.pid)
-		tp, n, err := throughput(ctx, lc, proxied, o.Clients, o.Duration)
-		if err != nil {
-			return err
+		for i, p := range res.proxies {
+			before := cpuOf(res.proxies)
+			tp, n, err := throughput(ctx, lc, sides[i+1], o.Clients, o.Duration)
+			if err != nil {
+				return err
+			}
+			p.tput = append(p.tput, tp)
+			p.tputCalls += n
+			p.tputCPU += cpuOf(res.proxies)[i] - before[i]
 		}
-		after, _ := statsOf(px.pid)
-		res.proxiedTput = append(res.proxiedTput, tp)
-		res.proxiedCalls += n
-		res.tputCPU += after.cpu - before.cpu
 	}
-	if px.pid != 0 {
-		ps, err := readProcStats(px.pid)
+	for _, p := range res.proxies {
+		ps, err := statsOf(p.pid)
 		if err != nil {
 			return err
 		}
-		res.rssLoad = ps.rssKiB
+		p.rssLoad = ps.rssKiB
 	}
 	report(out, o, res)
 	return nil
+}
+
+// cpuOf returns the CPU time of every proxy (0 when its pid is unknown or
+// unreadable).
+func cpuOf(ps []*proxyResult) []time.Duration {
+	out := make([]time.Duration, len(ps))
+	for i, p := range ps {
+		s, _ := statsOf(p.pid)
+		out[i] = s.cpu
+	}
+	return out
 }
 
 func statsOf(pid int) (procStats, error) {

@@ -32,6 +32,8 @@ type benchOptions struct {
 	ProxyEnv        string
 	CleanupRun      string
 	StatsIterations int
+	CompareEnv      string
+	ProxyArgs       string
 }
 
 func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
@@ -53,9 +55,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "length of one throughput run")
 	fs.IntVar(&o.Rounds, "rounds", 2, "throughput runs per side (interleaved)")
 	fs.StringVar(&o.ProxyEnv, "cri-guard-env", "", "extra environment for the child cri-guard, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
+	fs.StringVar(&o.CompareEnv, "compare-env", "", "also start a second child cri-guard with this extra environment (like --cri-guard-env) and measure it interleaved with the first: an A/B test")
+	fs.StringVar(&o.ProxyArgs, "cri-guard-args", "", "extra space-separated arguments for the child cri-guard; {i} is replaced by the child's index (0, 1 with --compare-env), e.g. \"--config /tmp/cfg{i}.yaml\"")
 	fs.StringVar(&o.CleanupRun, "cleanup-run", "", "only remove what the run with this id left behind (the id is logged at start)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.CompareEnv != "" && o.ProxyEndpoint != "" {
+		return o, errors.New("--compare-env needs a child cri-guard, not --proxy-endpoint")
 	}
 	if o.ProxyEndpoint != "" && o.Binary != "" {
 		return o, errors.New("--proxy-endpoint and --cri-guard-binary are exclusive")

@@ -58,41 +58,32 @@ func methods(w *workload) []method {
 	}
 }
 
-// latency is the result of one method on both sides.
+// latency is the result of one method: samples[0] direct, then one per
+// cri-guard under test.
 type latency struct {
-	method          method
-	direct, proxied []time.Duration
+	method  method
+	samples [][]time.Duration
 }
 
-// warmup is the number of unmeasured calls per side before each method.
-const warmup = 20
-
-// measureLatency calls m alternately direct and proxied n times (the order
-// flips every iteration so neither side always runs second), after a warm-up.
-func measureLatency(ctx context.Context, m method, direct, proxied side, n int) (latency, error) {
-	res := latency{method: m, direct: make([]time.Duration, 0, n), proxied: make([]time.Duration, 0, n)}
+// measureLatency calls m on every side in turn n times (the order rotates
+// every iteration so no side always runs first), after a warm-up.
+func measureLatency(ctx context.Context, m method, sides []side, n int) (latency, error) {
+	res := latency{method: m, samples: make([][]time.Duration, len(sides))}
 	for i := range warmup {
-		if err := m.call(ctx, direct, i); err != nil {
-			return res, fmt.Errorf("%s direct: %w", m.name, err)
-		}
-		if err := m.call(ctx, proxied, i); err != nil {
-			return res, fmt.Errorf("%s through cri-guard: %w", m.name, err)
+		for _, s := range sides {
+			if err := m.call(ctx, s, i); err != nil {
+				return res, fmt.Errorf("%s %s: %w", m.name, s.name, err)
+			}
 		}
 	}
 	for i := range n {
-		order := []struct {
-			s   side
-			out *[]time.Duration
-		}{{direct, &res.direct}, {proxied, &res.proxied}}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, o := range order {
+		for k := range sides {
+			j := (i + k) % len(sides)
 			start := time.Now()
-			if err := m.call(ctx, o.s, i); err != nil {
-				return res, fmt.Errorf("%s %s: %w", m.name, o.s.name, err)
+			if err := m.call(ctx, sides[j], i); err != nil {
+				return res, fmt.Errorf("%s %s: %w", m.name, sides[j].name, err)
 			}
-			*o.out = append(*o.out, time.Since(start))
+			res.samples[j] = append(res.samples[j], time.Since(start))
 		}
 	}
 	return res, nil
@@ -143,3 +134,6 @@ func throughput(ctx context.Context, m method, s side, clients int, d time.Durat
 	n := calls.Load()
 	return float64(n) / elapsed.Seconds(), n, nil
 }
+
+// warmup is the number of unmeasured calls per side before each method.
+const warmup = 20

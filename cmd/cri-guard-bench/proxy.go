@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +29,9 @@ type proxy struct {
 
 // startProxy starts or attaches to cri-guard as the options say.
 func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*proxy, error) {
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create %q: %w", workDir, err)
+	}
 	switch {
 	case o.ProxyEndpoint != "":
 		return &proxy{endpoint: o.ProxyEndpoint, pid: o.ProxyPID, stop: func() error { return nil }}, nil
@@ -51,6 +55,7 @@ func startChild(o benchOptions, binary string, args []string, workDir string, lo
 		return nil, fmt.Errorf("create cri-guard log: %w", err)
 	}
 	args = append(args, "--listen", sock, "--runtime-endpoint", o.RuntimeEndpoint, "--log-level", "warn")
+	args = append(args, strings.Fields(o.ProxyArgs)...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
@@ -86,6 +91,10 @@ func serveCore(ctx context.Context, args []string, log *logrus.Entry) error {
 	fs.String("log-level", "warn", "ignored")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	// Same rule as cri-guard's main: one P unless GOMAXPROCS is set.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
 	}
 	rt, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: *endpoint}, log.WithField("component", "runtimeproxy"))
 	if err != nil {

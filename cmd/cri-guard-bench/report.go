@@ -33,40 +33,45 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-func report(out io.Writer, o benchOptions, r results) {
-	fmt.Fprintf(out, "\nworkload: %d sandboxes, %d containers; %d calls per method and side (ListContainerStats %d), interleaved\n\n",
-		r.sandboxes, r.containers, o.Iterations, o.StatsIterations)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tdirect p50 µs\tproxy p50 µs\tadded p50 µs\tratio p50\tdirect p99 µs\tproxy p99 µs\tadded p99 µs\ttarget\t")
-	var checks []string
-	for _, l := range r.latencies {
-		d50, p50 := percentile(l.direct, 50), percentile(l.proxied, 50)
-		d99, p99 := percentile(l.direct, 99), percentile(l.proxied, 99)
-		ratio := float64(p50) / float64(d50)
-		var target string
-		switch l.method.class {
-		case "tiny":
-			target = fmt.Sprintf("+%s µs %s", us(targetTinyP50), verdict(p50-d50 <= targetTinyP50))
-		case "list":
-			target = fmt.Sprintf("+%s µs %s", us(targetListP50), verdict(p50-d50 <= targetListP50))
-		case "stats":
-			target = fmt.Sprintf("≤%.2fx %s", targetStatsRatio, verdict(ratio <= targetStatsRatio))
-		}
-		checks = append(checks, target)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t\n", l.method.name, us(d50), us(p50), us(p50-d50), ratio, us(d99), us(p99), us(p99-d99), target)
+// target returns the target for a method class and whether the
+// measured p50s meet it.
+func target(class string, direct, proxied time.Duration) string {
+	switch class {
+	case "tiny":
+		return fmt.Sprintf("+%s µs %s", us(targetTinyP50), verdict(proxied-direct <= targetTinyP50))
+	case "list":
+		return fmt.Sprintf("+%s µs %s", us(targetListP50), verdict(proxied-direct <= targetListP50))
+	default:
+		return fmt.Sprintf("≤%.2fx %s", targetStatsRatio, verdict(float64(proxied)/float64(direct) <= targetStatsRatio))
 	}
-	tw.Flush()
+}
 
-	dt, pt := mean(r.directTput), mean(r.proxiedTput)
-	fmt.Fprintf(out, "\nthroughput, ListContainers, %d clients, %d × %s per side: direct %.0f/s, cri-guard %.0f/s, ratio %.3f (target ≥ %.1f: %s)\n",
-		o.Clients, o.Rounds, o.Duration, dt, pt, pt/dt, targetTputRatio, verdict(pt/dt >= targetTputRatio))
-	if r.pid == 0 {
-		fmt.Fprintln(out, "cri-guard CPU and memory: not measured (run with --cri-guard-binary, or --proxy-endpoint with --proxy-pid)")
-		return
+func report(out io.Writer, o benchOptions, r results) {
+	fmt.Fprintf(out, "\nworkload: %d sandboxes, %d containers; %d calls per method and side (ListContainerStats %d), interleaved\n",
+		r.sandboxes, r.containers, o.Iterations, o.StatsIterations)
+	for k, p := range r.proxies {
+		fmt.Fprintf(out, "\n%s vs direct\n", p.label)
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "method\tdirect p50 µs\tproxy p50 µs\tadded p50 µs\tratio p50\tdirect p99 µs\tproxy p99 µs\tadded p99 µs\ttarget\t")
+		for _, l := range r.latencies {
+			d, s := l.samples[0], l.samples[k+1]
+			d50, p50 := percentile(d, 50), percentile(s, 50)
+			d99, p99 := percentile(d, 99), percentile(s, 99)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t\n", l.method.name, us(d50), us(p50), us(p50-d50),
+				float64(p50)/float64(d50), us(d99), us(p99), us(p99-d99), target(l.method.class, d50, p50))
+		}
+		tw.Flush()
+		dt, pt := mean(r.directTput), mean(p.tput)
+		fmt.Fprintf(out, "throughput, ListContainers, %d clients, %d × %s per side: direct %.0f/s, proxy %.0f/s, ratio %.3f (target ≥ %.1f: %s)\n",
+			o.Clients, o.Rounds, o.Duration, dt, pt, pt/dt, targetTputRatio, verdict(pt/dt >= targetTputRatio))
+		if p.pid == 0 {
+			fmt.Fprintln(out, "CPU and memory: not measured (--proxy-endpoint without --proxy-pid)")
+			continue
+		}
+		fmt.Fprintf(out, "CPU per proxied call: latency phase %.1f µs (%d calls, includes idle time), throughput phase %.1f µs (%d calls) [10 ms ticks]\n",
+			float64(p.latCPU)/float64(time.Microsecond)/float64(r.latencyCalls), r.latencyCalls,
+			float64(p.tputCPU)/float64(time.Microsecond)/float64(p.tputCalls), p.tputCalls)
+		fmt.Fprintf(out, "VmRSS: idle %.1f MiB (target < 16 MiB: %s), after load %.1f MiB\n",
+			float64(p.rssIdle)/1024, verdict(p.rssIdle < targetIdleRSSKiB), float64(p.rssLoad)/1024)
 	}
-	fmt.Fprintf(out, "cri-guard CPU per proxied call: latency phase %.1f µs (%d calls), throughput phase %.1f µs (%d calls) [10 ms tick resolution]\n",
-		float64(r.latencyCPU)/float64(time.Microsecond)/float64(r.latencyCalls), r.latencyCalls,
-		float64(r.tputCPU)/float64(time.Microsecond)/float64(r.proxiedCalls), r.proxiedCalls)
-	fmt.Fprintf(out, "cri-guard VmRSS: idle %.1f MiB (target < 16 MiB: %s), after load %.1f MiB\n",
-		float64(r.rssIdle)/1024, verdict(r.rssIdle < targetIdleRSSKiB), float64(r.rssLoad)/1024)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -58,17 +60,29 @@ func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, im 
 	for j := range o.Containers {
 		i := j % len(w.sandboxIDs)
 		name := fmt.Sprintf("c%d", j)
-		resp, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-			PodSandboxId: w.sandboxIDs[i],
-			Config: &runtimeapi.ContainerConfig{
-				Metadata: &runtimeapi.ContainerMetadata{Name: name},
-				Image:    &runtimeapi.ImageSpec{Image: o.Image},
-				LogPath:  name + ".log",
-				Labels:   map[string]string{benchLabel: runID},
-				Linux:    &runtimeapi.LinuxContainerConfig{},
-			},
-			SandboxConfig: configs[i],
-		})
+		var resp *runtimeapi.CreateContainerResponse
+		var err error
+		// Other tests on a shared runtime may remove the image at any time:
+		// pull it again and retry.
+		for attempt := 0; ; attempt++ {
+			resp, err = rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+				PodSandboxId: w.sandboxIDs[i],
+				Config: &runtimeapi.ContainerConfig{
+					Metadata: &runtimeapi.ContainerMetadata{Name: name},
+					Image:    &runtimeapi.ImageSpec{Image: o.Image},
+					LogPath:  name + ".log",
+					Labels:   map[string]string{benchLabel: runID},
+					Linux:    &runtimeapi.LinuxContainerConfig{},
+				},
+				SandboxConfig: configs[i],
+			})
+			if status.Code(err) != codes.NotFound || attempt == 3 {
+				break
+			}
+			if err := ensureImage(ctx, im, o.Image, log); err != nil {
+				return w, err
+			}
+		}
 		if err != nil {
 			return w, fmt.Errorf("create container %q in sandbox %q: %w", name, w.sandboxIDs[i], err)
 		}
@@ -101,7 +115,8 @@ func cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry
 	sel := map[string]string{benchLabel: runID}
 	var firstErr error
 	note := func(err error) {
-		if err != nil && firstErr == nil {
+		// Already gone (another test on a shared runtime removed it): fine.
+		if err != nil && status.Code(err) != codes.NotFound && firstErr == nil {
 			firstErr = err
 		}
 	}
