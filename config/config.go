@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -116,7 +117,15 @@ func Parse(b []byte) (Config, error) {
 		// Maps given in the file replace the default maps whole, as the
 		// kubelet does for evictionHard.
 		if err := decode(b, &cfg); err != nil {
-			return Config{}, err
+			// Report the fields that did decode too: every problem at once.
+			var errs Errors
+			if !errors.As(err, &errs) {
+				return Config{}, err // not YAML at all
+			}
+			if verr, ok := cfg.Validate().(Errors); ok {
+				errs = append(errs, verr...)
+			}
+			return Config{}, errs
 		}
 	}
 	if err := cfg.Validate(); err != nil {

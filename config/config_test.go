@@ -44,6 +44,8 @@ log: {level: debug, format: json}
 			}
 		}},
 		{name: "unknown key", yaml: "listenn: /x\n", wantErr: []string{"listenn: unknown field"}},
+		{name: "unknown key and bad values, all reported", yaml: "bogus: 1\nlisten: rel.sock\nevictionSoft: {memory.available: 300Mi}\n",
+			wantErr: []string{"bogus: unknown field", `listen: must be an absolute path, got "rel.sock"`, "evictionSoftGracePeriod[memory.available]"}},
 		{name: "unknown nested key", yaml: "critical: {rule: modern}\n", wantErr: []string{`critical.rule: unknown field`}},
 		{name: "bad duration", yaml: "housekeepingInterval: fast\n", wantErr: []string{"housekeepingInterval", `bad duration "fast"`}},
 		{name: "bad quantity", yaml: "evictionHard: {memory.available: lots}\n", wantErr: []string{"evictionHard[memory.available]"}},
