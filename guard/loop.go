@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -219,14 +220,25 @@ func (l *Loop) Pods() []*pod.Pod {
 // Ready is closed once Restore has finished and calls may be served.
 func (l *Loop) Ready() <-chan struct{} { return l.ready }
 
-// bySandbox finds a pod by its sandbox id (loop goroutine only).
+// bySandbox finds a pod by its sandbox id, or by a unique prefix of it as
+// containerd accepts (crictl sends truncated ids) (loop goroutine only).
 func (l *Loop) bySandbox(id string) *pod.Pod {
+	if id == "" {
+		return nil
+	}
+	var found *pod.Pod
 	for _, p := range l.pods {
-		if p.SandboxID == id {
+		switch {
+		case p.SandboxID == id:
 			return p
+		case strings.HasPrefix(p.SandboxID, id):
+			if found != nil {
+				return nil // ambiguous: containerd refuses it too
+			}
+			found = p
 		}
 	}
-	return nil
+	return found
 }
 
 // checkpoint writes the pod's record; errors are logged and returned.

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -278,5 +279,28 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestSandboxRemovedByTruncatedID(t *testing.T) {
+	h := newHarness(t, true)
+	h.start(t)
+	for i, id := range []string{"abcdef0123", "abcdff0123"} {
+		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
+		if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		h.loop.SandboxCreated(p, id)
+	}
+	h.loop.SandboxRemoved("abcd") // ambiguous: nothing removed
+	if n := len(h.loop.Pods()); n != 2 {
+		t.Fatalf("pods = %d after an ambiguous prefix, want 2", n)
+	}
+	h.loop.SandboxRemoved("abcde") // crictl's truncated id
+	if _, ok := h.store.get("u0/0"); ok {
+		t.Fatal("record of u0 kept after RemovePodSandbox with a unique prefix")
+	}
+	if _, ok := h.store.get("u1/0"); !ok {
+		t.Fatal("record of u1 removed")
 	}
 }
