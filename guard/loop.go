@@ -147,6 +147,14 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer l.closeOnce.Do(func() { close(l.done) })
 	tick := time.NewTicker(l.cfg.HousekeepingInterval)
 	defer tick.Stop()
+	// After a PSI trigger, pressure averages lag the stall (the kernel
+	// updates them every 2 s, a trigger fires at most once per window):
+	// follow up with quick passes so a threshold is acted on as soon as the
+	// averages cross it, not at the next trigger or tick.
+	burst := time.NewTimer(time.Hour)
+	burst.Stop()
+	defer burst.Stop()
+	burstLeft := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -157,9 +165,23 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.housekeeping(ctx, "tick")
 		case <-l.trigger:
 			l.housekeeping(ctx, "psi")
+			burstLeft = psiFollowUps
+			burst.Reset(psiFollowUpInterval)
+		case <-burst.C:
+			l.housekeeping(ctx, "psi-follow-up")
+			if burstLeft--; burstLeft > 0 {
+				burst.Reset(psiFollowUpInterval)
+			}
 		}
 	}
 }
+
+// psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: they
+// cover two kernel averaging periods (2 s each).
+const (
+	psiFollowUps        = 10
+	psiFollowUpInterval = 500 * time.Millisecond
+)
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
 func (l *Loop) SyncOnce(ctx context.Context) error {

@@ -304,3 +304,21 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 		t.Fatal("record of u1 removed")
 	}
 }
+
+func TestTriggerFollowUps(t *testing.T) {
+	h := newHarness(t, true) // housekeeping every hour: only the trigger acts
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t)
+	syncs := func() int {
+		var n int
+		if err := h.loop.Do(context.Background(), func() { n = h.ev.syncs }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	h.loop.Trigger()
+	// the trigger's own pass, then follow-ups every 500ms
+	waitFor(t, func() bool { return syncs() >= 3 })
+}
