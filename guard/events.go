@@ -57,7 +57,10 @@ func (l *Loop) follow(ctx context.Context, s EventStream) error {
 		}
 		switch ev.GetContainerEventType() {
 		case runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
-			if ev.GetPodSandboxStatus() != nil && ev.GetContainerId() == ev.GetPodSandboxStatus().GetId() {
+			sb := ev.GetPodSandboxStatus()
+			// the sandbox itself stopped or went away (containerd sends the
+			// sandbox's status with each event, and sandbox events carry its id)
+			if ev.GetContainerId() == sb.GetId() || (sb != nil && sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY) {
 				l.requestResync(ctx)
 			}
 		}

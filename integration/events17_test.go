@@ -40,10 +40,11 @@ func eventsRuntime(t *testing.T, socket string) (runtimeEnv, string) {
 	return runtimeEnv{dir: filepath.Dir(socket), containerd: socket}, cgroup
 }
 
-// hostPodConfig is podConfig on the host network with a cgroup parent under
-// cgroupRoot.
+// hostPodConfig is podConfig on the host network (so without a hostname of its
+// own) with a cgroup parent under cgroupRoot.
 func hostPodConfig(name, uid, cgroupRoot string) *runtimeapi.PodSandboxConfig {
 	cfg := podConfig(name, uid)
+	cfg.Hostname = ""
 	cfg.Linux.CgroupParent = cgroupRoot + "/pod" + uid
 	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{
 		NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},

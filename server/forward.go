@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
@@ -36,6 +38,9 @@ func (s *Server) dispatch(ss grpc.ServerStream, method string) error {
 	}
 	if s.unary[method] {
 		return s.forwardUnary(ss, method)
+	}
+	if method == runtimeapi.RuntimeService_GetContainerEvents_FullMethodName && s.cfg.SubscribeEvents != nil {
+		return s.serveEvents(ss)
 	}
 	return s.forwardStream(ss, method)
 }

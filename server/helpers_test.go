@@ -59,6 +59,12 @@ func dialCRI(t testing.TB, path string) *grpc.ClientConn {
 
 func newEnv(t testing.TB, hooks Hooks) *env {
 	t.Helper()
+	return newEnvCfg(t, hooks, nil)
+}
+
+// newEnvCfg is newEnv with a chance to adjust the server's Config.
+func newEnvCfg(t testing.TB, hooks Hooks, adjust func(cfg *Config, backend *runtimeproxy.Client)) *env {
+	t.Helper()
 	dir := shortDir(t)
 	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"),
 		grpc.MaxRecvMsgSize(runtimeproxy.DefaultMaxMsgSize), grpc.MaxSendMsgSize(runtimeproxy.DefaultMaxMsgSize))
@@ -67,7 +73,11 @@ func newEnv(t testing.TB, hooks Hooks) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = backend.Close() })
-	srv, err := New(Config{Listen: filepath.Join(dir, "guard", "cri-guard.sock")}, backend, hooks, testLog())
+	cfg := Config{Listen: filepath.Join(dir, "guard", "cri-guard.sock")}
+	if adjust != nil {
+		adjust(&cfg, backend)
+	}
+	srv, err := New(cfg, backend, hooks, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ type Config struct {
 	StreamWorkers int
 	// Observer, when set, is told of every call (see observe.go).
 	Observer Observer
+	// SubscribeEvents, when set, serves GetContainerEvents from a shared
+	// subscription (runtimeproxy.EventHub) instead of one runtime stream per
+	// call (see events.go).
+	SubscribeEvents func(ctx context.Context) EventSubscription
 }
 
 // Backend is what the server needs from the runtime connection

@@ -88,8 +88,11 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			log.WithError(err).Error("sync loop stopped")
 		}
 	})
+	// One runtime event stream, shared by the sync loop and every kubelet
+	// stream (containerd 1.7 would split events among separate streams).
+	hub := runtimeproxy.NewEventHub(rt, logger.WithField("component", "events"))
 	wg.Go(func() {
-		_ = loop.RunEvents(loopCtx, func(ctx context.Context) (guard.EventStream, error) { return rt.GetContainerEvents(ctx) })
+		_ = loop.RunEvents(loopCtx, func(ctx context.Context) (guard.EventStream, error) { return hub.Subscribe(ctx), nil })
 	})
 	if cfg.PSITrigger != "" {
 		wg.Go(func() {
@@ -142,7 +145,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 
 	hooks := server.SandboxHooks(loop, loop, cfg.CriticalRules(), nil)
-	scfg := server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout}
+	scfg := server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout,
+		SubscribeEvents: func(ctx context.Context) server.EventSubscription { return hub.Subscribe(ctx) }}
 	if m != nil {
 		scfg.Observer = m
 	}
