@@ -1,8 +1,9 @@
 # cri-guard: build, unit tests, end-to-end tests against a private containerd.
 #
 #   make build   bin/cri-guard
-#   make test    unit tests (-race), then scripts/rt.sh up, the integration
-#                tests against that containerd, and scripts/rt.sh down (always)
+#   make test    unit tests (-race), then scripts/rt.sh up (containerd 1.6) and
+#                up-events (containerd 1.7, for the event stream test), the
+#                integration tests, and the teardown of both (always)
 #   make run     scripts/rt.sh up, then cri-guard in the foreground on
 #                $(RUN_SOCKET) in front of that containerd
 #   make rt-up / rt-down   the harness alone
@@ -27,14 +28,16 @@ unit:
 # exits non-zero if anything failed.
 test:
 	@rc=0; \
-	trap 'scripts/rt.sh down || rc=1' EXIT; \
+	trap 'scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	if scripts/rt.sh up; then \
+	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
+	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \
 	  $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
 	else \
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
-	scripts/rt.sh down || rc=1; trap - EXIT; \
+	scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; trap - EXIT; \
 	exit $$rc
 
 integration:
