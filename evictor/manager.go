@@ -74,6 +74,7 @@ type Manager struct {
 	result     pressure.Result
 	statsErr   error
 	evicted    map[string]evictedPod // by pod UID
+	unable     bool                  // the last pass found nothing to evict
 
 	mu   sync.Mutex // guards snap
 	snap Status
@@ -211,6 +212,7 @@ func (m *Manager) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod,
 		return nil, fmt.Errorf("synchronize: %w", m.statsErr)
 	}
 	if len(m.result.Met) == 0 {
+		m.unable = false
 		m.publish(nil)
 		return nil, nil
 	}
@@ -219,11 +221,17 @@ func (m *Manager) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod,
 	met := m.result.Met[0]
 	now := m.now()
 	if len(ranked) == 0 {
-		m.log.WithField("threshold", met.String()).Warn("unable to evict any pods from the node: no evictable pod")
-		m.decide(Decision{Time: now, Kind: KindUnable, Signal: string(met.Threshold.Signal),
-			Message: "unable to evict any pods from the node: every active pod is critical or none runs"})
+		// said once per episode: a pass every interval would flood the
+		// log and push every other decision out of status
+		if !m.unable {
+			m.unable = true
+			m.log.WithField("threshold", met.String()).Warn("unable to evict any pods from the node: no evictable pod")
+			m.decide(Decision{Time: now, Kind: KindUnable, Signal: string(met.Threshold.Signal),
+				Message: "unable to evict any pods from the node: every active pod is critical or none runs"})
+		}
 		return nil, nil
 	}
+	m.unable = false
 	m.logCandidates(ranked, met)
 	victim := ranked[0].Pod
 	grace := m.cfg.MaxPodGracePeriod

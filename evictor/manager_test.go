@@ -209,6 +209,12 @@ func TestCriticalProtection(t *testing.T) {
 				if d[len(d)-1].Kind != KindUnable || !strings.Contains(d[len(d)-1].Message, "unable to evict any pods") {
 					t.Fatalf("last decision = %+v", d[len(d)-1])
 				}
+				if _, err := m.Synchronize(context.Background(), tt.pods); err != nil {
+					t.Fatal(err)
+				}
+				if n := len(m.Snapshot().Decisions); n != len(d) {
+					t.Fatalf("a second pass with nothing to evict added a decision (%d → %d)", len(d), n)
+				}
 			}
 		})
 	}

@@ -3,6 +3,12 @@
 package integration
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +24,16 @@ func TestEvictionOrder(t *testing.T) {
 	removePodsAtCleanup(t, env)
 	stats := newFakeStats(t)
 	stats.withV1Memory(t)
+	metricsAddr := freeLocalAddr(t)
+	adminSocket := filepath.Join(shortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 evictionHard: {memory.available: 1Gi}
 evictionPressureTransitionPeriod: 3s
 evictionMaxPodGracePeriod: 2s
 psiTrigger: ""
-metricsAddress: ""
-adminSocket: ""
+metricsAddress: `+metricsAddr+`
+adminSocket: `+adminSocket+`
 `)
 	g := startGuard(t, env, append(cfg, stats.args()...)...)
 	dir := t.TempDir()
@@ -94,6 +102,33 @@ adminSocket: ""
 		t.Fatalf("recreation of the evicted pod under pressure: %v", err)
 	}
 
+	// What an operator sees now: metrics and `cri-guard status`.
+	metrics := scrape(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{
+		`cri_guard_evictions_total{signal="memory.available"} 3`,
+		`cri_guard_node_condition{condition="MemoryPressure"} 1`,
+		`cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.073741824e+09`,
+		`cri_guard_signal_value{signal="memory.available"} 5.24288e+08`,
+		`cri_guard_runtime_connected 1`,
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if !regexp.MustCompile(`cri_guard_admissions_total\{reason="Evicted",result="refuse"\} [1-9]`).MatchString(metrics) {
+		t.Errorf("metrics lack a refused admission:\n%s", grepLines(metrics, "cri_guard_admissions_total"))
+	}
+	out, err := exec.Command(guardBin, "status", "--admin", adminSocket).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cri-guard status: %v\n%s", err, out)
+	}
+	t.Logf("cri-guard status under pressure:\n%s", out)
+	for _, want := range []string{"MemoryPressure", "memory.available", "cri-guard-e2e/critical-", "evict", "The node was low on resource: memory"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("cri-guard status lacks %q", want)
+		}
+	}
+
 	stats.setAvailable(t, 12<<30)
 	deadline = time.Now().Add(20 * time.Second)
 	for {
@@ -105,4 +140,41 @@ adminSocket: ""
 			t.Fatalf("evicted pod still refused 20s after the pressure ended: %v", err)
 		}
 	}
+}
+
+// freeLocalAddr returns a loopback address with a port free right now.
+func freeLocalAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// scrape GETs a metrics page.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s %v", url, resp.Status, err)
+	}
+	return string(b)
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
