@@ -157,6 +157,13 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	for i, c := range cpuOf(res.proxies) {
 		res.proxies[i].latCPU = c - before[i]
 	}
+	if o.Cycles > 0 {
+		l, err := measureLatency(ctx, sandboxCycle(o, runID), sides, o.Cycles)
+		if err != nil {
+			return err
+		}
+		res.latencies = append(res.latencies, l)
+	}
 
 	lc := methods(w)[3] // ListContainers
 	for range o.Rounds {

@@ -32,6 +32,7 @@ type benchOptions struct {
 	ProxyEnv        string
 	CleanupRun      string
 	StatsIterations int
+	Cycles          int
 	CompareEnv      string
 	ProxyArgs       string
 }
@@ -51,6 +52,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for logs and sockets (default: a new temporary directory)")
 	fs.IntVar(&o.Iterations, "iterations", 500, "calls per method and side in the latency phase")
 	fs.IntVar(&o.StatsIterations, "stats-iterations", 60, "calls per side for ListContainerStats (slow in containerd)")
+	fs.IntVar(&o.Cycles, "cycles", 20, "RunPodSandbox+StopPodSandbox+RemovePodSandbox cycles per side (0: skip)")
 	fs.IntVar(&o.Clients, "clients", 8, "concurrent clients in the throughput phase")
 	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "length of one throughput run")
 	fs.IntVar(&o.Rounds, "rounds", 2, "throughput runs per side (interleaved)")

@@ -21,7 +21,7 @@ type side struct {
 // method is one measured CRI call; i varies the arguments (e.g. which sandbox).
 type method struct {
 	name  string
-	class string // "tiny" or "list": which target applies
+	class string // "tiny", "list", "stats" or "cycle": which target applies
 	call  func(ctx context.Context, s side, i int) error
 }
 
@@ -137,3 +137,32 @@ func throughput(ctx context.Context, m method, s side, clients int, d time.Durat
 
 // warmup is the number of unmeasured calls per side before each method.
 const warmup = 20
+
+// sandboxCycle is RunPodSandbox + StopPodSandbox + RemovePodSandbox of a new
+// host-network Burstable sandbox (admitted by cri-guard without pressure):
+// what admission and checkpointing add to a sandbox's life.
+func sandboxCycle(o benchOptions, runID string) method {
+	var n atomic.Int64
+	return method{name: "RunPodSandbox+Stop+Remove", class: "cycle", call: func(ctx context.Context, s side, _ int) error {
+		uid := fmt.Sprintf("%s-cycle-%d", runID, n.Add(1))
+		cfg := &runtimeapi.PodSandboxConfig{
+			Metadata: &runtimeapi.PodSandboxMetadata{Name: "cycle-" + uid, Namespace: "cri-guard-bench", Uid: uid},
+			Labels:   map[string]string{benchLabel: runID},
+			Linux: &runtimeapi.LinuxPodSandboxConfig{
+				CgroupParent: fmt.Sprintf("%s/kubepods/burstable/pod%s", o.CgroupRoot, uid),
+				SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+					NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+				},
+			},
+		}
+		resp, err := s.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		if err != nil {
+			return err
+		}
+		if _, err := s.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil {
+			return err
+		}
+		_, err = s.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId})
+		return err
+	}}
+}

@@ -12,6 +12,7 @@ const (
 	targetTinyP50    = 200 * time.Microsecond
 	targetListP50    = 240 * time.Microsecond
 	targetStatsRatio = 1.03
+	targetCycleRatio = 1.05
 	targetTputRatio  = 0.6
 	targetIdleRSSKiB = 16 << 10
 )
@@ -41,6 +42,8 @@ func target(class string, direct, proxied time.Duration) string {
 		return fmt.Sprintf("+%s µs %s", us(targetTinyP50), verdict(proxied-direct <= targetTinyP50))
 	case "list":
 		return fmt.Sprintf("+%s µs %s", us(targetListP50), verdict(proxied-direct <= targetListP50))
+	case "cycle":
+		return fmt.Sprintf("≤%.2fx %s", targetCycleRatio, verdict(float64(proxied)/float64(direct) <= targetCycleRatio))
 	default:
 		return fmt.Sprintf("≤%.2fx %s", targetStatsRatio, verdict(float64(proxied)/float64(direct) <= targetStatsRatio))
 	}
