@@ -3,7 +3,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/internal/httpserve"
 )
 
 // StatusPath is the HTTP path of the status document.
@@ -68,21 +69,5 @@ func Handler(status func() Status) http.Handler {
 // Serve serves h on l until ctx ends, then shuts down within a second; the
 // unix listener removes its socket file when closed.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve admin socket: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.WithError(err).Warn("admin server shutdown")
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve admin socket: %w", err)
-	}
-	return nil
+	return httpserve.Serve(ctx, l, h, "admin socket", log)
 }

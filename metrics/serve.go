@@ -2,14 +2,14 @@ package metrics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/internal/httpserve"
 )
 
 // Path is where the series are served.
@@ -33,21 +33,5 @@ func Listen(addr string) (net.Listener, error) {
 
 // Serve serves h on l until ctx ends, then shuts down within a second.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve metrics: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.WithError(err).Warn("metrics server shutdown")
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve metrics: %w", err)
-	}
-	return nil
+	return httpserve.Serve(ctx, l, h, "metrics", log)
 }

@@ -1,11 +1,17 @@
 // Command cri-guard is the CRI proxy daemon: it listens where the kubelet's
-// --container-runtime-endpoint points and forwards every CRI call to
-// containerd.
+// --container-runtime-endpoint points, forwards every CRI call to
+// containerd, and enforces memory-pressure admission and eviction on the way.
 //
-//	cri-guard [--listen PATH] [--runtime-endpoint PATH] [--log-level L] [--log-format text|json]
+//	cri-guard [--config FILE] [--listen PATH] [--runtime-endpoint PATH] [--state-dir DIR]
+//	          [--cgroup-root DIR] [--proc-root DIR] [--dry-run] [--log-level L] [--log-format text|json]
+//	cri-guard status [--admin PATH] [--json]
+//	cri-guard check-config [--skip-node-check] FILE
 //	cri-guard version
 //
 // main parses the command line and builds the logger; run (run.go) wires the
-// components. This package may import every cri-guard package; none may
-// import it.
+// components: the runtime connection, the sampler, the checkpoint store, the
+// eviction manager, the sync loop (restored before the socket listens), the
+// shared event stream, the PSI trigger, metrics, the admin socket, sd_notify
+// and SIGHUP reloads. This package may import every cri-guard package; none
+// may import it.
 package main
