@@ -282,8 +282,12 @@ type crashClient struct {
 	mu       sync.Mutex
 	answered map[string]string // pod key → sandbox id returned by a successful RunPodSandbox
 	found    map[string]string // pod key → sandbox id found by listing after a reserved-name refusal
-	retries  atomic.Int64
-	errs     map[string]int // retried errors, by message
+	// superseded: pod key → id of a sandbox containerd created but left
+	// NOTREADY (its creation was cut off); the client made attempt+1, as the
+	// kubelet does on SandboxChanged. The old one stays until removed.
+	superseded map[string]string
+	retries    atomic.Int64
+	errs       map[string]int // retried errors, by message
 }
 
 func (c *crashClient) create(ctx context.Context, i int) {
@@ -321,6 +325,9 @@ func (c *crashClient) create(ctx context.Context, i int) {
 				continue // not listed yet, or cri-guard went away: try again
 			}
 			if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+				c.mu.Lock()
+				c.superseded[key] = sb.Id
+				c.mu.Unlock()
 				attempt++ // SandboxChanged: the kubelet makes a new attempt
 				continue
 			}
@@ -384,7 +391,7 @@ adminSocket: ""
 
 	conn := dialSocket(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
-	client := &crashClient{t: t, rt: runtimeapi.NewRuntimeServiceClient(conn), run: run, answered: map[string]string{}, found: map[string]string{}, errs: map[string]int{}}
+	client := &crashClient{t: t, rt: runtimeapi.NewRuntimeServiceClient(conn), run: run, answered: map[string]string{}, found: map[string]string{}, superseded: map[string]string{}, errs: map[string]int{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -422,8 +429,8 @@ adminSocket: ""
 		t.FailNow()
 	}
 	t.Logf("retried errors: %v", client.errs)
-	t.Logf("%d pods through %d SIGKILLs at %v; %d answered, %d found after a reserved-name refusal, %d retried calls, %v",
-		pods, rounds, killedAt, len(client.answered), len(client.found), client.retries.Load(), time.Since(began).Round(time.Millisecond))
+	t.Logf("%d pods through %d SIGKILLs at %v; %d answered, %d found after a reserved-name refusal, %d superseded (left NOTREADY by containerd), %d retried calls, %v",
+		pods, rounds, killedAt, len(client.answered), len(client.found), len(client.superseded), client.retries.Load(), time.Since(began).Round(time.Millisecond))
 
 	check := func(when string) {
 		t.Helper()
@@ -462,8 +469,14 @@ adminSocket: ""
 				t.Errorf("%s: sandbox %s of %s (found by listing) has record %q (found %v)", when, id, key, r.SandboxID, ok)
 			}
 		}
-		if got := len(client.answered) + len(client.found); len(sbs) != got {
-			t.Errorf("%s: containerd has %d sandboxes of the run, the client created %d", when, len(sbs), got)
+		if got := len(client.answered) + len(client.found) + len(client.superseded); len(sbs) != got {
+			t.Errorf("%s: containerd has %d sandboxes of the run, the client created %d (%d answered, %d found, %d superseded)",
+				when, len(sbs), got, len(client.answered), len(client.found), len(client.superseded))
+		}
+		for key, id := range client.superseded {
+			if r, ok := recs[key]; !ok || r.SandboxID != id {
+				t.Errorf("%s: superseded sandbox %s of %s has record %q (found %v)", when, id, key, r.SandboxID, ok)
+			}
 		}
 		t.Logf("%s: %d records, %d sandboxes in containerd", when, len(recs), len(sbs))
 	}
