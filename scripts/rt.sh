@@ -228,7 +228,7 @@ up() {
     return 0
   fi
   [ -e "$RT" ] && down # stale leftovers of a killed run
-  apt_install containerd runc containernetworking-plugins docker-registry nftables iptables curl
+  apt_install containerd runc containernetworking-plugins docker-registry nftables iptables curl stress-ng
   command -v go >/dev/null || die "go is required"
   mkdir -p "$RT" && touch "$MARK"
   tools
