@@ -84,8 +84,11 @@ func TestRealPSITrigger(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond) // let Run arm before pressure starts
 
-	script := fmt.Sprintf("echo $$ > %s/cgroup.procs; echo $$ > %s/cgroup.procs; exec %s --mmap 1 --mmap-bytes 400M --mmap-file --timeout 40s",
-		v1, uni, stress)
+	// The mapped file goes to a temporary directory on disk (stress-ng's
+	// default is the working directory); 120 s leaves room on a busy host,
+	// the test ends it as soon as the threshold is met.
+	script := fmt.Sprintf("echo $$ > %s/cgroup.procs; echo $$ > %s/cgroup.procs; exec %s --temp-path %s --mmap 1 --mmap-bytes 400M --mmap-file --timeout 120s",
+		v1, uni, stress, t.TempDir())
 	cmd := exec.Command("sh", "-c", script)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
