@@ -180,7 +180,14 @@ func (m *Manager) Admit(a *Attributes) Result {
 	r := admitUnderConditions(a.Pod, conds)
 	if r.Admit && !a.Pod.Critical && len(conds) > 0 {
 		if e, ok := m.evicted[a.Pod.UID]; ok {
-			r = Result{Reason: ReasonEvicted, Message: e.message}
+			msg := e.message
+			if msg == "" { // restored from a checkpoint: say what holds now
+				msg = "The node was low on resource: memory. "
+				if len(m.result.Met) > 0 {
+					msg = evictionMessage(m.result.Met[0])
+				}
+			}
+			r = Result{Reason: ReasonEvicted, Message: msg}
 		}
 	}
 	if !r.Admit {
@@ -273,6 +280,15 @@ func (m *Manager) logCandidates(ranked []Candidate, met pressure.Met) {
 		m.log.WithFields(logrus.Fields{"rank": i + 1, "pod": c.Pod.Name, "namespace": c.Pod.Namespace,
 			"qos": c.Pod.QOS, "priority": c.Pod.Priority, "has_stats": c.HasStats,
 			"working_set": c.WorkingSet, "request": c.Request, "signal": met.Threshold.Signal}).Info("eviction candidate")
+	}
+}
+
+// MarkEvicted restores the re-admission guard for a pod cri-guard evicted
+// before a restart (its checkpoint says so): while memory pressure lasts,
+// its recreation is refused. The first sample without pressure forgets it.
+func (m *Manager) MarkEvicted(p *pod.Pod, at time.Time) {
+	if _, ok := m.evicted[p.UID]; !ok {
+		m.evicted[p.UID] = evictedPod{pod: p, at: at}
 	}
 }
 

@@ -403,3 +403,26 @@ func BenchmarkAdmit(b *testing.B) {
 		m.Admit(a)
 	}
 }
+
+// TestMarkEvicted: the guard restored from a checkpoint refuses the pod's
+// recreation while pressure lasts, with the current figures, and is
+// forgotten once the pressure is over.
+func TestMarkEvicted(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	bu := mkPod("bu", pod.Burstable, 0, false, false, true)
+	m.MarkEvicted(bu, c.now())
+	s.available(50 * mi)
+	res := m.Admit(&Attributes{Pod: bu})
+	if res.Admit || res.Message != "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. " {
+		t.Fatalf("recreation under pressure = %+v", res)
+	}
+	s.available(500 * mi)
+	c.step(2 * time.Second)
+	if res := m.Admit(&Attributes{Pod: bu}); !res.Admit {
+		t.Fatalf("recreation without pressure refused: %+v", res)
+	}
+	if m.IsEvicted(bu.UID) {
+		t.Fatal("guard kept after the pressure ended")
+	}
+}

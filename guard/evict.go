@@ -21,6 +21,10 @@ func (l *Loop) KillPod(_ context.Context, p *pod.Pod, grace time.Duration) error
 		return fmt.Errorf("kill pod %q: not known to the sync loop", p.String())
 	}
 	cur.State = pod.StateStopped
+	cur.EvictedAt = l.now()
+	// on disk before the stop starts: a restart mid-eviction keeps the
+	// re-admission guard (restore takes the state from containerd anyway)
+	_ = l.checkpoint(cur)
 	l.publish()
 	l.evicting = true
 	victim := cur.Clone()

@@ -158,6 +158,7 @@ type ruleEvictor struct {
 	kill     evictor.KillPodFunc
 	admits   int
 	syncs    int
+	marked   []string // MarkEvicted calls, by UID
 }
 
 func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
@@ -167,6 +168,8 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 	}
 	return evictor.Result{Admit: true}
 }
+
+func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 
 func (e *ruleEvictor) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error) {
 	e.syncs++

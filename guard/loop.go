@@ -37,6 +37,9 @@ type Store interface {
 type Evictor interface {
 	Admit(a *evictor.Attributes) evictor.Result
 	Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error)
+	// MarkEvicted restores the re-admission guard of a pod evicted before
+	// a restart.
+	MarkEvicted(p *pod.Pod, at time.Time)
 }
 
 // Config holds the loop's settings.

@@ -248,6 +248,9 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	if got := strings.Count(strings.Join(h.rt.Calls(), ","), "StopPodSandbox"); got != 2 {
 		t.Fatalf("StopPodSandbox calls = %d, want 2", got)
 	}
+	if rec, ok := h.store.get("p1/0"); !ok || rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
+		t.Fatalf("checkpoint of the evicted pod = %+v (found %v), want stopped with EvictedAt", rec, ok)
+	}
 }
 
 func TestResyncDropsVanishedSandbox(t *testing.T) {
@@ -321,4 +324,25 @@ func TestTriggerFollowUps(t *testing.T) {
 	h.loop.Trigger()
 	// the trigger's own pass, then follow-ups every 500ms
 	waitFor(t, func() bool { return syncs() >= 3 })
+}
+
+func TestRestoreKeepsEvictionGuard(t *testing.T) {
+	h := newHarness(t, true)
+	h.rt.addSandbox("s1", "p1", 0, false, time.Unix(1, 0))
+	h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	evicted := newPod("p1", 0, pod.Burstable, false)
+	evicted.State, evicted.SandboxID, evicted.EvictedAt = pod.StateStopped, "s1", time.Unix(100, 0)
+	plain := newPod("p2", 0, pod.Burstable, false)
+	plain.State, plain.SandboxID = pod.StateReady, "s2"
+	for _, p := range []*pod.Pod{evicted, plain} {
+		if err := h.store.Put(checkpoint.Record{Pod: *p, State: p.State, SandboxID: p.SandboxID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.ev.marked, []string{"p1"}) {
+		t.Fatalf("MarkEvicted calls = %v, want [p1]", h.ev.marked)
+	}
 }

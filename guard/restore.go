@@ -60,6 +60,9 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		known[sb.GetId()] = true
+		if !p.EvictedAt.IsZero() {
+			l.ev.MarkEvicted(p, p.EvictedAt)
+		}
 		p.State = stateOf(sb)
 		if p.Created.IsZero() {
 			p.Created = timeOf(sb)

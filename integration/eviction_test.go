@@ -35,7 +35,9 @@ psiTrigger: ""
 metricsAddress: `+metricsAddr+`
 adminSocket: `+adminSocket+`
 `)
-	g := startGuard(t, env, append(cfg, stats.args()...)...)
+	// a fixed state dir: the guard is restarted on it below
+	args := append(append(cfg, stats.args()...), "--state-dir", filepath.Join(shortTempDir(t), "state"))
+	g := startGuard(t, env, args...)
 	dir := t.TempDir()
 
 	type testPod struct {
@@ -127,6 +129,15 @@ adminSocket: `+adminSocket+`
 		if !strings.Contains(string(out), want) {
 			t.Errorf("cri-guard status lacks %q", want)
 		}
+	}
+
+	// The re-admission guard survives a restart: the checkpoint says
+	// cri-guard evicted the pod.
+	g.stop(t)
+	g = startGuard(t, env, args...)
+	_, err = recreate()
+	if err == nil || !strings.Contains(err.Error(), "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi.") {
+		t.Fatalf("recreation of the evicted pod after a cri-guard restart under pressure: %v", err)
 	}
 
 	stats.setAvailable(t, 12<<30)

@@ -100,6 +100,10 @@ type Pod struct {
 	// Created is when cri-guard first saw the sandbox request (or, for an
 	// adopted sandbox, containerd's creation time).
 	Created time.Time `json:"created"`
+	// EvictedAt is when cri-guard evicted this sandbox (zero if it did not):
+	// kept in the checkpoint so that the re-admission guard survives a
+	// restart.
+	EvictedAt time.Time `json:"evictedAt,omitzero"`
 
 	// Warnings lists problems found while deriving the record that did not
 	// stop it, e.g. an unparsable priority annotation. Callers log them.

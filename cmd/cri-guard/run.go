@@ -26,8 +26,9 @@ import (
 	"github.com/cri-guard/cri-guard/server"
 )
 
-// hardGracePeriod is the grace period of evictions for hard thresholds.
-const hardGracePeriod = 2 * time.Second
+// hardGracePeriod is the grace period of evictions for hard thresholds: the
+// kubelet's immediateEvictionGracePeriodSeconds.
+const hardGracePeriod = time.Second
 
 // run wires the daemon: restore from checkpoints, then serve until ctx is
 // done (SIGTERM/SIGINT), then stop gracefully: no new connections, in-flight
