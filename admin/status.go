@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -161,7 +160,7 @@ func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Thresho
 		o, observed := obs[sig]
 		s := Signal{Signal: string(sig)}
 		if observed {
-			s.Observed, s.Value = o.String(), value(o)
+			s.Observed, s.Value = o.String(), o.Value()
 		}
 		for _, t := range ts {
 			if t.Signal != sig {
@@ -177,7 +176,7 @@ func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Thresho
 			if t.MinReclaim != nil {
 				th.MinReclaim = t.MinReclaim.String()
 			}
-			if limit, ok := limit(t, o); ok {
+			if limit, ok := t.Limit(o); ok {
 				th.Limit = limit
 				th.Crossed = observed && crossed(t, s.Value, limit)
 			}
@@ -186,27 +185,6 @@ func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Thresho
 		out = append(out, s)
 	}
 	return out
-}
-
-func value(o pressure.Observation) float64 {
-	if o.Signal.IsPSI() {
-		return o.Percent
-	}
-	return float64(o.Available)
-}
-
-// limit is the threshold in value's unit; a percentage of memory needs the
-// observed capacity.
-func limit(t pressure.Threshold, o pressure.Observation) (float64, bool) {
-	switch {
-	case t.Signal.IsPSI():
-		return math.Round(t.Value.Percentage*100*1e4) / 1e4, true
-	case t.Value.Quantity != nil:
-		return float64(t.Value.Quantity.Value()), true
-	case o.Capacity > 0:
-		return float64(t.Value.Bytes(o.Capacity)), true
-	}
-	return 0, false
 }
 
 func crossed(t pressure.Threshold, v, limit float64) bool {

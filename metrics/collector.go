@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"math"
 	"slices"
 	"sync"
 
@@ -85,13 +84,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		st = c.src.Snapshot()
 	}
 	for sig, obs := range st.Observed {
-		ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, SignalValue(obs), string(sig))
+		ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, obs.Value(), string(sig))
 	}
 	c.mu.Lock()
 	ts := c.thresholds
 	c.mu.Unlock()
 	for _, t := range ts {
-		v, ok := ThresholdValue(t, st.Observed[t.Signal])
+		v, ok := t.Limit(st.Observed[t.Signal])
 		if !ok {
 			continue
 		}
@@ -111,30 +110,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.sampledAt, prometheus.GaugeValue, float64(st.SampledAt.UnixNano())/1e9)
 	}
 	ch <- prometheus.MustNewConstMetric(c.statsError, prometheus.GaugeValue, boolValue(st.StatsError != ""))
-}
-
-// SignalValue is an observation as a number: available bytes for memory
-// signals, percent for PSI signals.
-func SignalValue(o pressure.Observation) float64 {
-	if o.Signal.IsPSI() {
-		return o.Percent
-	}
-	return float64(o.Available)
-}
-
-// ThresholdValue is a threshold in the unit of SignalValue. A percentage of
-// a memory signal needs the observed capacity; ok is false without it.
-func ThresholdValue(t pressure.Threshold, o pressure.Observation) (v float64, ok bool) {
-	switch {
-	case t.Signal.IsPSI():
-		// Percentages are parsed in float32, as the kubelet does: trim the noise.
-		return math.Round(t.Value.Percentage*100*1e4) / 1e4, true
-	case t.Value.Quantity != nil:
-		return float64(t.Value.Quantity.Value()), true
-	case o.Capacity > 0:
-		return float64(t.Value.Bytes(o.Capacity)), true
-	}
-	return 0, false
 }
 
 func thresholdKind(t pressure.Threshold) string {

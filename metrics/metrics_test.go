@@ -3,7 +3,6 @@ package metrics
 import (
 	"errors"
 	"io"
-	"math"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
@@ -187,28 +185,6 @@ cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.073741824e+09
 `
 	collectorText(t, c, want,
 		"cri_guard_node_condition", "cri_guard_runtime_connected", "cri_guard_threshold_value")
-}
-
-func TestThresholdValueWithoutCapacity(t *testing.T) {
-	q := resource.MustParse("100Mi")
-	tests := []struct {
-		name   string
-		t      pressure.Threshold
-		want   float64
-		wantOK bool
-	}{
-		{"quantity", pressure.Threshold{Signal: pressure.SignalMemoryAvailable, Value: pressure.Value{Quantity: &q}}, 100 << 20, true},
-		{"percent of unknown capacity", pressure.Threshold{Signal: pressure.SignalMemoryAvailable, Value: pressure.Value{Percentage: 0.1}}, 0, false},
-		{"psi", pressure.Threshold{Signal: pressure.SignalPSISomeAvg10, Value: pressure.Value{Percentage: 0.2}}, 20, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ThresholdValue(tt.t, pressure.Observation{})
-			if ok != tt.wantOK || math.Abs(got-tt.want) > 1e-6 {
-				t.Errorf("got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
-			}
-		})
-	}
 }
 
 func TestHandler(t *testing.T) {

@@ -109,3 +109,12 @@ func (n NodeSample) Observations() map[Signal]Observation {
 func formatBytes(v int64) string {
 	return resource.NewQuantity(v, resource.BinarySI).String()
 }
+
+// Value is the observation as a number: available bytes for memory
+// signals, percent for PSI signals.
+func (o Observation) Value() float64 {
+	if o.Signal.IsPSI() {
+		return o.Percent
+	}
+	return float64(o.Available)
+}

@@ -264,3 +264,18 @@ func sortedKeys(m map[string]string) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// Limit is the threshold in the unit of Observation.Value. A percentage of
+// a memory signal needs the observed capacity; ok is false without it.
+func (t Threshold) Limit(o Observation) (v float64, ok bool) {
+	switch {
+	case t.Signal.IsPSI():
+		// percentages are parsed in float32, as the kubelet does: trim the noise
+		return math.Round(t.Value.Percentage*100*1e4) / 1e4, true
+	case t.Value.Quantity != nil:
+		return float64(t.Value.Quantity.Value()), true
+	case o.Capacity > 0:
+		return float64(t.Value.Bytes(o.Capacity)), true
+	}
+	return 0, false
+}

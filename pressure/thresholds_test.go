@@ -1,9 +1,12 @@
 package pressure
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func TestParseThresholds(t *testing.T) {
@@ -110,5 +113,27 @@ func TestThresholdValues(t *testing.T) {
 		if th[i].Signal != tc.sig || th[i].Value.Bytes(8*gi) != tc.want {
 			t.Errorf("threshold %d: %s resolves to %d, want %s %d", i, th[i].Signal, th[i].Value.Bytes(8*gi), tc.sig, tc.want)
 		}
+	}
+}
+
+func TestThresholdLimit(t *testing.T) {
+	q := resource.MustParse("100Mi")
+	tests := []struct {
+		name   string
+		t      Threshold
+		want   float64
+		wantOK bool
+	}{
+		{"quantity", Threshold{Signal: SignalMemoryAvailable, Value: Value{Quantity: &q}}, 100 << 20, true},
+		{"percent of unknown capacity", Threshold{Signal: SignalMemoryAvailable, Value: Value{Percentage: 0.1}}, 0, false},
+		{"psi", Threshold{Signal: SignalPSISomeAvg10, Value: Value{Percentage: 0.2}}, 20, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := tt.t.Limit(Observation{})
+			if ok != tt.wantOK || math.Abs(got-tt.want) > 1e-6 {
+				t.Errorf("got %v, %v; want %v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
 	}
 }
