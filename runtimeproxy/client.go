@@ -182,8 +182,11 @@ func (c *Client) mapErr(err error) error {
 		return nil
 	}
 	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.Unavailable || c.conn.GetState() == connectivity.Ready {
+	if !ok || st.Code() != codes.Unavailable {
 		return err
+	}
+	if c.conn.GetState() == connectivity.Ready && !transportFailure(st.Message()) {
+		return err // containerd's own Unavailable: unchanged
 	}
 	if strings.Contains(st.Message(), c.endpoint) {
 		return err
@@ -195,4 +198,16 @@ func (c *Client) mapErr(err error) error {
 // not be reached or said it is not serving).
 func IsUnavailable(err error) bool {
 	return status.Code(err) == codes.Unavailable
+}
+
+// transportFailure reports whether an Unavailable message is gRPC's own for a
+// connection that broke under a call (the runtime went away while the
+// connection still looked ready), not a status the runtime sent.
+func transportFailure(msg string) bool {
+	for _, p := range []string{"error reading from server", "connection error", "transport is closing", "connection closed"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }

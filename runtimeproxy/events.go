@@ -45,8 +45,8 @@ type Subscription struct {
 	hub  *EventHub
 	ch   chan []byte
 	once sync.Once
-	err  error // set before ch is closed
-	stop func() bool
+	err  error       // set before ch is closed
+	stop func() bool // guarded by hub.mu
 }
 
 // Subscribe adds a subscriber; it ends when ctx ends, when it falls behind,
@@ -58,7 +58,10 @@ func (h *EventHub) Subscribe(ctx context.Context) *Subscription {
 	start := !h.running
 	h.running = true
 	h.mu.Unlock()
-	s.stop = context.AfterFunc(ctx, func() { s.end(status.FromContextError(ctx.Err()).Err()) })
+	stop := context.AfterFunc(ctx, func() { s.end(status.FromContextError(ctx.Err()).Err()) })
+	h.mu.Lock() // end may already run on the AfterFunc's goroutine
+	s.stop = stop
+	h.mu.Unlock()
 	if start {
 		go h.pump()
 	}
@@ -92,15 +95,16 @@ func (s *Subscription) Recv() (*runtimeapi.ContainerEventResponse, error) {
 // Only the hub sends on ch, under hub.mu, so closing under hub.mu is safe.
 func (s *Subscription) end(err error) {
 	s.once.Do(func() {
-		if s.stop != nil {
-			s.stop()
-		}
 		h := s.hub
 		h.mu.Lock()
+		stop := s.stop
 		delete(h.subs, s)
 		s.err = err
 		close(s.ch)
 		h.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
 	})
 }
 
