@@ -88,8 +88,23 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		t.Fatalf("second message %q, want WATCHDOG=1", m)
 	}
 	cancel()
+	// run may return before the reader has taken the last datagrams: wait
+	// for it, then read what was sent (datagrams stay queued on the socket).
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-timeout:
+		t.Fatal("run did not return after cancel")
+	}
 	for {
-		m := next()
+		var m string
+		select {
+		case m = <-msgs:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no STOPPING=1 after run returned")
+		}
 		if m == "STOPPING=1" {
 			break
 		}
@@ -97,16 +112,11 @@ func TestRunNotifiesSystemd(t *testing.T) {
 			t.Fatalf("message %q before STOPPING=1", m)
 		}
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
 	// Nothing after STOPPING=1.
 	select {
-	case m, ok := <-msgs:
-		if ok {
-			t.Errorf("message %q after STOPPING=1", m)
-		}
-	default:
+	case m := <-msgs:
+		t.Errorf("message %q after STOPPING=1", m)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
 
