@@ -150,10 +150,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer l.closeOnce.Do(func() { close(l.done) })
 	tick := time.NewTicker(l.cfg.HousekeepingInterval)
 	defer tick.Stop()
-	// After a PSI trigger, pressure averages lag the stall (the kernel
-	// updates them every 2 s, a trigger fires at most once per window):
-	// follow up with quick passes so a threshold is acted on as soon as the
-	// averages cross it, not at the next trigger or tick.
+	// After a PSI trigger the stall has only begun (a trigger fires at most
+	// once per window): follow up with quick passes, whose samples advance
+	// the PSI averages from the stall time since the last one, so a
+	// threshold is acted on as soon as the averages cross it, not at the
+	// next trigger or tick.
 	burst := time.NewTimer(time.Hour)
 	burst.Stop()
 	defer burst.Stop()
@@ -179,11 +180,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: they
-// cover two kernel averaging periods (2 s each).
+// psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
+// two and a half of the kernel's 2 s trigger windows. The interval is well
+// above the sampler's 100 ms minimum step for fresh averages.
 const (
-	psiFollowUps        = 10
-	psiFollowUpInterval = 500 * time.Millisecond
+	psiFollowUps        = 20
+	psiFollowUpInterval = 250 * time.Millisecond
 )
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.

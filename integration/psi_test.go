@@ -109,8 +109,12 @@ adminSocket: ""
 	if onset.IsZero() {
 		onset = started
 	}
-	t.Logf("container start → first stall %v; first stall → eviction decision %v; → sandbox NOTREADY %v",
-		onset.Sub(started).Round(10*time.Millisecond), decided.Sub(onset).Round(10*time.Millisecond), stopped.Sub(onset).Round(10*time.Millisecond))
+	fired := "none"
+	if tm, ok := logTime(string(full), "psi trigger fired"); ok {
+		fired = tm.Sub(onset).Round(10 * time.Millisecond).String()
+	}
+	t.Logf("container start → first stall %v; first stall → first trigger %s, → eviction decision %v, → sandbox NOTREADY %v",
+		onset.Sub(started).Round(10*time.Millisecond), fired, decided.Sub(onset).Round(10*time.Millisecond), stopped.Sub(onset).Round(10*time.Millisecond))
 	return stopped.Sub(onset)
 }
 

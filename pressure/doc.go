@@ -51,6 +51,10 @@
 // returns the thresholds that act (Result.Met), soft ones waiting for their
 // grace period (Result.Pending), and the MemoryPressure condition, which
 // stays for the transition period after the last time any threshold was met.
+// PSI averages in a NodeSample are kept fresh (psiAverage): the kernel
+// updates avg10 and avg60 every 2 s, the sampler advances them at each
+// sample from the stall total with the same exponential decay and reports
+// the larger of the kernel's figure and its own.
 // Minimum reclaim keeps an acting memory threshold met until available ≥
 // threshold + reclaim (for PSI: until pressure ≤ threshold − reclaim).
 //

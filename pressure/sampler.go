@@ -118,6 +118,8 @@ type Sampler struct {
 	mu         sync.Mutex
 	r          fileReader
 	hasRootCur bool
+	// fresh PSI averages of the node and of the pods cgroup (see psiAverage).
+	nodeSome, nodeFull, podsSome, podsFull psiAverage
 }
 
 // NewSampler detects the cgroup layout under cfg.CgroupRoot and checks that
@@ -253,6 +255,8 @@ func (s *Sampler) Node() (NodeSample, error) {
 	switch {
 	case err == nil:
 		n.HasPSI = true
+		n.Some = s.nodeSome.update(n.Some, n.Time)
+		n.Full = s.nodeFull.update(n.Full, n.Time)
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.EOPNOTSUPP):
 		// PSI disabled (psi=0): no PSI signals, not an error.
 	default:
@@ -304,6 +308,7 @@ func (s *Sampler) samplePods(n *NodeSample) error {
 	case err != nil:
 		errs = append(errs, err)
 	case ok:
+		some, full = s.podsSome.update(some, n.Time), s.podsFull.update(full, n.Time)
 		n.PodsSome, n.PodsFull = &some, &full
 	case s.layout.unifiedDir != "":
 		errs = append(errs, fmt.Errorf("pods cgroup %q pressure: %w", s.podsGroup, ErrNoStats))

@@ -265,7 +265,10 @@ func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *l
 		return
 	}
 	log.WithField("trigger", tr.String()).Info("psi trigger armed")
-	err = tr.Run(ctx, loop.Trigger)
+	err = tr.Run(ctx, func() {
+		log.Debug("psi trigger fired")
+		loop.Trigger()
+	})
 	switch {
 	case err == nil:
 	case errors.Is(err, pressure.ErrTriggerRejected):
