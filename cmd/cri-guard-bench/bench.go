@@ -26,6 +26,8 @@ type results struct {
 	directTput            []float64
 	proxies               []*proxyResult
 	sandboxes, containers int
+	settled               time.Duration // wait for a quiet machine before measuring
+	settleBusy            float64       // CPU busy share when measuring started
 }
 
 // proxyResult is what was measured of one cri-guard under test.
@@ -80,15 +82,26 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 
 	var res results
 	sides := []side{direct}
-	specs := []struct{ label, env string }{{"cri-guard", o.ProxyEnv}}
-	if o.CompareEnv != "" {
+	type childSpec struct {
+		label, env string
+		core       bool // the proxy core alone instead of --cri-guard-binary
+	}
+	specs := []childSpec{{label: "cri-guard", env: o.ProxyEnv}}
+	switch {
+	case o.CompareEnv != "":
 		specs[0].label = "A"
-		specs = append(specs, struct{ label, env string }{"B", o.CompareEnv})
+		specs = append(specs, childSpec{label: "B", env: o.CompareEnv})
+	case o.CompareCore:
+		specs[0].label = "A"
+		specs = append(specs, childSpec{label: "B core", env: o.ProxyEnv, core: true})
 	}
 	for i, spec := range specs {
 		po := o
 		po.ProxyEnv = spec.env
 		po.ProxyArgs = strings.ReplaceAll(o.ProxyArgs, "{i}", strconv.Itoa(i))
+		if spec.core {
+			po.Binary, po.ProxyArgs = "", ""
+		}
 		px, err := startProxy(po, filepath.Join(workDir, fmt.Sprintf("proxy%d", i)), log)
 		if err != nil {
 			return err
@@ -140,6 +153,12 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		return err
 	}
 	res.sandboxes, res.containers = len(w.sandboxIDs), w.containers
+	waited, busy, err := settle(ctx, time.Second, o.SettleMax, 0.15)
+	if err != nil {
+		return err
+	}
+	log.WithFields(logrus.Fields{"waited": waited.Round(time.Second), "cpu_busy": fmt.Sprintf("%.0f%%", busy*100)}).Info("machine settled after creating the workload")
+	res.settled, res.settleBusy = waited, busy
 
 	before := cpuOf(res.proxies)
 	for _, m := range methods(w) {

@@ -34,6 +34,8 @@ type benchOptions struct {
 	StatsIterations int
 	Cycles          int
 	CompareEnv      string
+	CompareCore     bool
+	SettleMax       time.Duration
 	ProxyArgs       string
 }
 
@@ -55,13 +57,18 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.IntVar(&o.Cycles, "cycles", 20, "RunPodSandbox+StopPodSandbox+RemovePodSandbox cycles per side (0: skip)")
 	fs.IntVar(&o.Clients, "clients", 8, "concurrent clients in the throughput phase")
 	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "length of one throughput run")
+	fs.DurationVar(&o.SettleMax, "settle", 60*time.Second, "after creating the workload, wait at most this long for the CPUs to be under 15% busy before measuring (0: do not wait)")
 	fs.IntVar(&o.Rounds, "rounds", 2, "throughput runs per side (interleaved)")
 	fs.StringVar(&o.ProxyEnv, "cri-guard-env", "", "extra environment for the child cri-guard, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
 	fs.StringVar(&o.CompareEnv, "compare-env", "", "also start a second child cri-guard with this extra environment (like --cri-guard-env) and measure it interleaved with the first: an A/B test")
+	fs.BoolVar(&o.CompareCore, "compare-core", false, "also start the proxy core alone (no hooks, sync loop or metrics) and measure it interleaved with --cri-guard-binary: what cri-guard's own work costs")
 	fs.StringVar(&o.ProxyArgs, "cri-guard-args", "", "extra space-separated arguments for the child cri-guard; {i} is replaced by the child's index (0, 1 with --compare-env), e.g. \"--config /tmp/cfg{i}.yaml\"")
 	fs.StringVar(&o.CleanupRun, "cleanup-run", "", "only remove what the run with this id left behind (the id is logged at start)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.CompareCore && (o.CompareEnv != "" || o.Binary == "") {
+		return o, errors.New("--compare-core needs --cri-guard-binary and excludes --compare-env")
 	}
 	if o.CompareEnv != "" && o.ProxyEndpoint != "" {
 		return o, errors.New("--compare-env needs a child cri-guard, not --proxy-endpoint")

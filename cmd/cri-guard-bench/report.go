@@ -15,6 +15,10 @@ const (
 	targetCycleRatio = 1.05
 	targetTputRatio  = 0.6
 	targetIdleRSSKiB = 16 << 10
+	// targetOverFloor is "added p50 within 10% of the floor": cri-guard's
+	// added latency over the added latency of the proxy core alone (the
+	// cheapest gRPC-terminating forwarder), both measured in the same run.
+	targetOverFloor = 1.10
 )
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
@@ -52,6 +56,7 @@ func target(class string, direct, proxied time.Duration) string {
 func report(out io.Writer, o benchOptions, r results) {
 	fmt.Fprintf(out, "\nworkload: %d sandboxes, %d containers; %d calls per method and side (ListContainerStats %d), interleaved\n",
 		r.sandboxes, r.containers, o.Iterations, o.StatsIterations)
+	fmt.Fprintf(out, "settled %s after creating it (CPUs %.0f%% busy when measuring began)\n", r.settled.Round(time.Second), r.settleBusy*100)
 	for k, p := range r.proxies {
 		fmt.Fprintf(out, "\n%s vs direct\n", p.label)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -77,4 +82,29 @@ func report(out io.Writer, o benchOptions, r results) {
 		fmt.Fprintf(out, "VmRSS: idle %.1f MiB (target < 16 MiB: %s), after load %.1f MiB\n",
 			float64(p.rssIdle)/1024, verdict(p.rssIdle < targetIdleRSSKiB), float64(p.rssLoad)/1024)
 	}
+	if o.CompareCore && len(r.proxies) == 2 {
+		reportOverFloor(out, r)
+	}
+}
+
+// reportOverFloor compares cri-guard (side 1) with the proxy core alone
+// (side 2) measured in the same run: the hop's floor on this machine at this
+// moment, which moves with the machine's speed far more than the gap
+// between the two does.
+func reportOverFloor(out io.Writer, r results) {
+	fmt.Fprintf(out, "\n%s vs %s (the floor: the same hop without hooks, sync loop or metrics)\n", r.proxies[0].label, r.proxies[1].label)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "method\tadded p50 µs\tfloor added p50 µs\tadded/floor\ttarget\t")
+	for _, l := range r.latencies {
+		if l.method.class != "tiny" && l.method.class != "list" {
+			continue
+		}
+		d50 := percentile(l.samples[0], 50)
+		a, f := percentile(l.samples[1], 50)-d50, percentile(l.samples[2], 50)-d50
+		ratio := float64(a) / float64(max(f, time.Microsecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t≤%.2f %s\t\n", l.method.name, us(a), us(f), ratio, targetOverFloor, verdict(ratio <= targetOverFloor))
+	}
+	tw.Flush()
+	a, f := mean(r.proxies[0].tput), mean(r.proxies[1].tput)
+	fmt.Fprintf(out, "throughput over the floor's: %.3f\n", a/f)
 }
