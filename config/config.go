@@ -86,7 +86,7 @@ func Default() Config {
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
 		EvictionPressureTransitionPeriod: Duration{5 * time.Minute},
 		EvictionMaxPodGracePeriod:        Duration{30 * time.Second},
-		PSITrigger:                       "some 150000 2000000",
+		PSITrigger:                       "some 100000 2000000",
 		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
 		OnStatsError:                     "admit",
 		RestoredPods:                     "enforce",

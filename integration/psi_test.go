@@ -37,7 +37,7 @@ func TestRealPSIEviction(t *testing.T) {
 	}
 	results := map[string]time.Duration{}
 	for _, mode := range []struct{ name, trigger string }{
-		{"psi-trigger", `"some 150000 2000000"`},
+		{"psi-trigger", `"some 100000 2000000"`}, // the default
 		{"housekeeping-only", `""`},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
