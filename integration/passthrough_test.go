@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,14 @@ func TestCrictlLifecycle(t *testing.T) {
 	version := crictl(t, env, g.socket, "version")
 	if !strings.Contains(version, "RuntimeName:  containerd") {
 		t.Fatalf("crictl version through cri-guard = %q, want containerd", version)
+	}
+	// The daemon re-executed itself (same PID) with sysmon kept awake.
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Split(string(environ), "\x00"), "GODEBUG=schedtrace=2147483647") {
+		t.Errorf("cri-guard pid %d runs without GODEBUG=schedtrace=2147483647", g.cmd.Process.Pid)
 	}
 
 	crictl(t, env, g.socket, "pull", busyboxImage)
