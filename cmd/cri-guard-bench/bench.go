@@ -160,6 +160,9 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 	log.WithFields(logrus.Fields{"waited": waited.Round(time.Second), "cpu_busy": fmt.Sprintf("%.0f%%", busy*100)}).Info("machine settled after creating the workload")
 	res.settled, res.settleBusy = waited, busy
 
+	if err := warmUp(ctx, methods(w), sides, warmUpTime); err != nil {
+		return err
+	}
 	before := cpuOf(res.proxies)
 	for _, m := range methods(w) {
 		n := o.Iterations
