@@ -140,8 +140,9 @@ const warmup = 20
 
 // warmUpTime is how long every side is called, all methods in turn, before
 // anything is measured. Without it the first method measured paid for the
-// switch from an idle machine to a busy one: it came out 30-50 µs slower
-// than the same method measured last, on every side.
+// switch from an idle machine to a busy one: in a run with the method order
+// changed, the first method came out 35-45 µs slower than its usual figure,
+// on every side.
 const warmUpTime = 3 * time.Second
 
 // warmUp calls every method but the slow stats call on every side in turn
