@@ -181,11 +181,12 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 // psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
-// two and a half of the kernel's 2 s trigger windows. The interval is well
-// above the sampler's 100 ms minimum step for fresh averages.
+// two and a half of the kernel's 2 s trigger windows. The interval is twice
+// the sampler's 50 ms minimum step for fresh averages, so each pass sees the
+// stall since the last one.
 const (
-	psiFollowUps        = 20
-	psiFollowUpInterval = 250 * time.Millisecond
+	psiFollowUps        = 50
+	psiFollowUpInterval = 100 * time.Millisecond
 )
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.

@@ -322,7 +322,7 @@ func TestTriggerFollowUps(t *testing.T) {
 		return n
 	}
 	h.loop.Trigger()
-	// the trigger's own pass, then follow-ups every 250ms
+	// the trigger's own pass, then follow-ups every 100ms
 	waitFor(t, func() bool { return syncs() >= 3 })
 }
 

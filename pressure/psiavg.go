@@ -7,7 +7,7 @@ import (
 
 // psiMinStep is the shortest interval between two readings that moves a
 // fresh average: shorter ones would turn scheduling jitter into noise.
-const psiMinStep = 100 * time.Millisecond
+const psiMinStep = 50 * time.Millisecond
 
 // psiAverage keeps the 10 s and 60 s averages of one pressure file fresh
 // between the kernel's updates. The kernel recomputes avg10 and avg60 only

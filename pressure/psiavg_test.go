@@ -42,8 +42,8 @@ func TestPSIAverage(t *testing.T) {
 			name: "readings closer than the minimum step do not move it",
 			steps: []step{
 				{kernel: PSI{Total: 0}},
-				{after: 50 * time.Millisecond, kernel: PSI{Total: 50_000}},
-				// The 50 ms reading was skipped: the share is over the whole second.
+				{after: 30 * time.Millisecond, kernel: PSI{Total: 30_000}},
+				// The 30 ms reading was skipped: the share is over the whole second.
 				{after: time.Second, kernel: PSI{Total: 500_000},
 					want10: 50 * e(time.Second, 10*time.Second), want60: 50 * e(time.Second, time.Minute)},
 			},
