@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/cri-guard/cri-guard/internal/httpserve"
+	"github.com/cri-guard/cri-guard/internal/unixsock"
 )
 
 // StatusPath is the HTTP path of the status document.
@@ -24,32 +22,14 @@ const (
 	DirMode    = 0o750
 )
 
-// Listen opens the admin unix socket at path: the directory is created
-// with DirMode when missing, a stale socket nobody listens on is replaced,
-// anything else at path is an error, and the socket gets SocketMode.
+// Listen opens the admin unix socket at path with the rules of
+// unixsock.Listen (the CRI socket's): the directory is created with DirMode
+// when missing, a stale socket nobody listens on is replaced, anything else
+// at path is an error, and the socket gets SocketMode.
 func Listen(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), DirMode); err != nil {
-		return nil, fmt.Errorf("admin socket %q: %w", path, err)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("admin socket %q: exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("admin socket %q: another process is listening on it", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("admin socket %q: remove stale socket: %w", path, err)
-		}
-	}
-	l, err := net.Listen("unix", path)
+	l, err := unixsock.Listen(path, DirMode, SocketMode)
 	if err != nil {
-		return nil, fmt.Errorf("admin socket %q: %w", path, err)
-	}
-	if err := os.Chmod(path, SocketMode); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("admin socket %q: %w", path, err)
+		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	return l, nil
 }

@@ -15,6 +15,7 @@
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
 //
-// The server may import runtimeproxy and pod; it must not import the sync
+// The server may import runtimeproxy, pod and internal/unixsock (the socket
+// rules it shares with the admin socket); it must not import the sync
 // loop (it declares the small interfaces it needs) or cmd.
 package server

@@ -1,13 +1,10 @@
 package server
 
 import (
-	"errors"
-	"fmt"
 	"io/fs"
 	"net"
-	"os"
-	"path/filepath"
-	"time"
+
+	"github.com/cri-guard/cri-guard/internal/unixsock"
 )
 
 // Socket permissions: the directory is only traversable by root and the
@@ -17,58 +14,9 @@ const (
 	socketMode    fs.FileMode = 0o660
 )
 
-// listenUnix listens on a unix socket at path. The parent directory is created
-// with mode 0750 when missing. Something already at path is removed only when
-// it is a socket nobody answers on (stale, left by a crash); a live socket, a
-// symlink or any other file is refused.
+// listenUnix listens on the CRI socket at path with the rules of
+// unixsock.Listen: a stale socket is replaced, a live one, a symlink or any
+// other file is refused.
 func listenUnix(path string) (net.Listener, error) {
-	if path == "" {
-		return nil, errors.New("listen: empty socket path")
-	}
-	dir := filepath.Dir(path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(dir, socketDirMode); err != nil {
-			return nil, fmt.Errorf("create socket directory %q: %w", dir, err)
-		}
-		// MkdirAll is subject to the umask; make the mode exact.
-		if err := os.Chmod(dir, socketDirMode); err != nil {
-			return nil, fmt.Errorf("chmod socket directory %q: %w", dir, err)
-		}
-	}
-	if err := removeStaleSocket(path); err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen %q: %w", path, err)
-	}
-	if err := os.Chmod(path, socketMode); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("chmod socket %q: %w", path, err)
-	}
-	return l, nil
-}
-
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("listen %q: %w", path, err)
-	}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("listen %q: path is a symlink, refusing to replace it", path)
-	case fi.Mode()&fs.ModeSocket == 0:
-		return fmt.Errorf("listen %q: path exists and is not a socket (%s), refusing to replace it", path, fi.Mode().Type())
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		_ = c.Close()
-		return fmt.Errorf("listen %q: socket is in use by another process", path)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove stale socket %q: %w", path, err)
-	}
-	return nil
+	return unixsock.Listen(path, socketDirMode, socketMode)
 }
