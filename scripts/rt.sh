@@ -127,22 +127,26 @@ image_helpers() {
   done && go build -o "$1/mkimages" ./tools/mkimages)
 }
 
-configs() {
-  mkdir -p "$RT"/{root,state,logs,opt,cni/net.d,certs.d,registry-data,images}
-  cat >"$RT/containerd.toml" <<TOML
+# containerd_toml DIR CGROUP SHIM EXTRA: the config of a private containerd
+# (1.6 or 1.7) under DIR, in the v1 cgroup /CGROUP/containerd. SHIM, when not
+# empty, is the runc shim binary to use; EXTRA (more TOML tables) is appended.
+containerd_toml() {
+  local dir=$1 cg=$2 shim=$3 extra=$4 shim_line=""
+  [ -n "$shim" ] && shim_line="runtime_path = \"$shim\""
+  cat >"$dir/containerd.toml" <<TOML
 version = 2
-root = "$RT/root"
-state = "$RT/state"
+root = "$dir/root"
+state = "$dir/state"
 [grpc]
-  address = "$RT/containerd.sock"
+  address = "$dir/containerd.sock"
 [ttrpc]
-  address = "$RT/containerd.sock.ttrpc"
+  address = "$dir/containerd.sock.ttrpc"
 [cgroup]
   # containerd moves itself (so its shims and containers) into these v1 cgroups:
   # relative cgroup paths must never land in the cgroup this shell runs in.
-  path = "/$CG/containerd"
+  path = "/$cg/containerd"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$RT/opt"
+  path = "$dir/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.9"
   # root lacks CAP_SYS_RESOURCE here: without this every RunPodSandbox fails
@@ -157,15 +161,21 @@ state = "$RT/state"
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      $shim_line
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "$RT/state/runc"
+        Root = "$dir/state/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$RT/cni/net.d"
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$RT/certs.d"
+    conf_dir = "$dir/cni/net.d"
+$extra
 TOML
+}
+
+configs() {
+  mkdir -p "$RT"/{root,state,logs,opt,cni/net.d,certs.d,registry-data,images}
+  containerd_toml "$RT" "$CG" "" "[plugins.\"io.containerd.grpc.v1.cri\".registry]
+  config_path = \"$RT/certs.d\""
   cat >"$RT/cni/net.d/10-$NET.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "$NET", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
@@ -315,41 +325,9 @@ events_tools() {
 
 events_configs() {
   mkdir -p "$RTE"/{root,state,logs,opt,cni/net.d,bin,images}
-  cat >"$RTE/containerd.toml" <<TOML
-version = 2
-root = "$RTE/root"
-state = "$RTE/state"
-[grpc]
-  address = "$RTE/containerd.sock"
-[ttrpc]
-  address = "$RTE/containerd.sock.ttrpc"
-[cgroup]
-  path = "/$CGE/containerd"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$RTE/opt"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = true
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "registry.k8s.io/pause:3.9"
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  disable_apparmor = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      runtime_path = "$CTRD_BIN/containerd-shim-runc-v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "$RTE/state/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    # Empty on purpose: host-network pods only.
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$RTE/cni/net.d"
-TOML
+  # NRI off; the CNI directory stays empty on purpose: host-network pods only.
+  containerd_toml "$RTE" "$CGE" "$CTRD_BIN/containerd-shim-runc-v2" "[plugins.\"io.containerd.nri.v1.nri\"]
+  disable = true"
   printf 'export CRI_GUARD_RT_EVENTS=%s/containerd.sock\nexport CRI_GUARD_RT_EVENTS_POD_CGROUP=/%s-pods\n' "$RTE" "$CGE" >"$RTE/env"
 }
 
