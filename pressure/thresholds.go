@@ -204,7 +204,7 @@ func parseThresholdStatement(sig Signal, val string) (*Threshold, error) {
 	}
 	q, err := resource.ParseQuantity(val)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (want a quantity such as \"100Mi\" or a percentage such as \"10%%\", got %q)", err, val)
 	}
 	if q.Sign() <= 0 {
 		return nil, fmt.Errorf("eviction threshold must be positive: %s", &q)
@@ -235,7 +235,7 @@ func parseMinReclaim(sig Signal, val string) (Value, error) {
 	}
 	q, err := resource.ParseQuantity(val)
 	if err != nil {
-		return Value{}, err
+		return Value{}, fmt.Errorf("%w (want a quantity such as \"200Mi\" or a percentage such as \"5%%\", got %q)", err, val)
 	}
 	if q.Sign() < 0 {
 		return Value{}, fmt.Errorf("negative reclaim defined: %s", &q)

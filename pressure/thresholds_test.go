@@ -43,6 +43,8 @@ func TestParseThresholds(t *testing.T) {
 		},
 		{name: "unknown signal", cfg: ThresholdConfig{Hard: map[string]string{"nodefs.available": "10%"}}, wantErr: "evictionHard[nodefs.available]: unsupported eviction signal"},
 		{name: "bad quantity", cfg: ThresholdConfig{Hard: map[string]string{"memory.available": "100Mx"}}, wantErr: "evictionHard[memory.available]: quantities must match"},
+		{name: "bad quantity names the value and the forms", cfg: ThresholdConfig{Hard: map[string]string{"memory.available": "lots"}}, wantErr: `(want a quantity such as "100Mi" or a percentage such as "10%", got "lots")`},
+		{name: "bad reclaim quantity", cfg: ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}, MinimumReclaim: map[string]string{"memory.available": "some"}}, wantErr: `got "some")`},
 		{name: "zero quantity", cfg: ThresholdConfig{Hard: map[string]string{"memory.available": "0"}}, wantErr: "evictionHard[memory.available]: eviction threshold must be positive"},
 		{name: "negative quantity", cfg: ThresholdConfig{Soft: map[string]string{"memory.available": "-1Gi"}}, wantErr: "evictionSoft[memory.available]: eviction threshold must be positive"},
 		{name: "percent above 100", cfg: ThresholdConfig{Hard: map[string]string{"memory.available": "101%"}}, wantErr: "must be <= 100%"},
