@@ -25,6 +25,7 @@ type fakeRuntime struct {
 	ctrs      map[string]*runtimeapi.Container
 	calls     []string
 	listErr   error
+	lists     int // ListPodSandbox calls
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -50,6 +51,7 @@ func (f *fakeRuntime) record(s string) { f.calls = append(f.calls, s) }
 func (f *fakeRuntime) ListPodSandbox(_ context.Context, _ *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	if f.listErr != nil {
 		return nil, f.listErr
 	}

@@ -80,10 +80,11 @@ type Loop struct {
 	ready   chan struct{}
 
 	// owned by the loop goroutine
-	pods      map[string]*pod.Pod // by pod key
-	evicting  bool
-	closeOnce sync.Once
-	done      chan struct{}
+	pods       map[string]*pod.Pod // by pod key
+	evicting   bool
+	lastResync time.Time // when housekeeping last listed the runtime's sandboxes
+	closeOnce  sync.Once
+	done       chan struct{}
 
 	mu   sync.Mutex // guards view
 	view []*pod.Pod
@@ -187,6 +188,7 @@ func (l *Loop) Run(ctx context.Context) error {
 const (
 	psiFollowUps        = 50
 	psiFollowUpInterval = 100 * time.Millisecond
+	followUpResync      = time.Second
 )
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
@@ -199,7 +201,13 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	if l.wdog != nil {
 		defer l.wdog()
 	}
-	l.resync(ctx)
+	// Follow-ups come every 100 ms while memory is short: they evaluate the
+	// fresh pressure each time but list the sandboxes (the runtime events
+	// keep the view true in between) at most once per followUpResync.
+	if why != "psi-follow-up" || l.now().Sub(l.lastResync) >= followUpResync {
+		l.lastResync = l.now()
+		l.resync(ctx)
+	}
 	if l.evicting {
 		return // one eviction at a time: wait until the last one is done
 	}

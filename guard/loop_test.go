@@ -326,6 +326,48 @@ func TestTriggerFollowUps(t *testing.T) {
 	waitFor(t, func() bool { return syncs() >= 3 })
 }
 
+// TestFollowUpResync: follow-up passes after a trigger evaluate every time
+// but list the runtime's sandboxes at most once a second; other passes
+// always list.
+func TestFollowUpResync(t *testing.T) {
+	h := newHarness(t, true)
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Unix(5000, 0)
+	h.loop.now = func() time.Time { return clock }
+	lists := func() int {
+		h.rt.mu.Lock()
+		defer h.rt.mu.Unlock()
+		return h.rt.lists
+	}
+	ctx := context.Background()
+	steps := []struct {
+		why       string
+		advance   time.Duration
+		wantLists int // ListPodSandbox calls after the step, counted from the first
+	}{
+		{"psi", 0, 1},
+		{"psi-follow-up", 100 * time.Millisecond, 1},
+		{"psi-follow-up", 100 * time.Millisecond, 1},
+		{"tick", 100 * time.Millisecond, 2},
+		{"psi-follow-up", 900 * time.Millisecond, 2},
+		{"psi-follow-up", 100 * time.Millisecond, 3},
+		{"manual", 0, 4},
+	}
+	base, syncs := lists(), h.ev.syncs
+	for i, s := range steps {
+		clock = clock.Add(s.advance)
+		h.loop.housekeeping(ctx, s.why)
+		if got := lists() - base; got != s.wantLists {
+			t.Fatalf("step %d (%s): %d sandbox lists, want %d", i, s.why, got, s.wantLists)
+		}
+	}
+	if got := h.ev.syncs - syncs; got != len(steps) {
+		t.Fatalf("%d eviction passes, want one per step (%d)", got, len(steps))
+	}
+}
+
 func TestRestoreKeepsEvictionGuard(t *testing.T) {
 	h := newHarness(t, true)
 	h.rt.addSandbox("s1", "p1", 0, false, time.Unix(1, 0))
