@@ -31,7 +31,10 @@ func TestContribConfigLoads(t *testing.T) {
 
 // TestSystemdUnitsVerify runs systemd-analyze verify on the unit (its
 // ExecStart pointed at this test binary, which exists) and on a stand-in
-// kubelet.service with the drop-in; any warning about them fails.
+// kubelet.service with the drop-in; any warning about them fails. The units
+// the shipped ones name (containerd.service, kubelet.service) are stand-ins in
+// the same directory, first on the unit path: the verification must not depend
+// on what the host happens to have installed.
 func TestSystemdUnitsVerify(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
@@ -56,6 +59,7 @@ func TestSystemdUnitsVerify(t *testing.T) {
 	files := map[string]string{
 		"cri-guard.service":                   strings.ReplaceAll(string(unit), "/usr/local/bin/cri-guard", exe),
 		"kubelet.service":                     "[Unit]\nDescription=stand-in kubelet\n[Service]\nExecStart=/bin/echo $KUBELET_EXTRA_ARGS\n",
+		"containerd.service":                  "[Unit]\nDescription=stand-in containerd\n[Service]\nExecStart=/bin/true\n",
 		"kubelet.service.d/10-cri-guard.conf": string(dropIn),
 	}
 	for name, content := range files {
