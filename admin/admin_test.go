@@ -43,6 +43,20 @@ func testStats(parent string) (pressure.PodStats, error) {
 	return pressure.PodStats{}, pressure.ErrNoStats
 }
 
+// statsSampler is the node and pods of these tests, for a real eviction
+// manager whose snapshot Build reads.
+type statsSampler struct{}
+
+func (statsSampler) Node() (pressure.NodeSample, error) {
+	return pressure.NodeSample{Source: pressure.SourceMeminfo, CapacityBytes: 4 * gi, WorkingSetBytes: 4*gi - 512<<20, AvailableBytes: 512 << 20,
+		HasPSI: true, Full: pressure.PSI{Avg10: 1.5}}, nil
+}
+
+func (statsSampler) Pod(parent string) (pressure.PodStats, error) { return testStats(parent) }
+
+// testNow is the time of the manager's pass in testSources.
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
 func testSources(t *testing.T) Sources {
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{
 		Hard:            map[string]string{"memory.available": "1Gi", "memory.pressure.full.avg10": "40%"},
@@ -52,23 +66,20 @@ func testSources(t *testing.T) Sources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := testNow
+	m, err := evictor.New(evictor.Config{Thresholds: ts, DryRun: true},
+		evictor.Options{Sampler: statsSampler{}, Now: func() time.Time { return now }, Log: logrus.NewEntry(logrus.New())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Synchronize(testPods()); err != nil {
+		t.Fatal(err)
+	}
+	m.Admit(&evictor.Attributes{Pod: &pod.Pod{Name: "refused", QOS: pod.BestEffort}})
 	return Sources{
 		Version: "test", DryRun: true,
-		Snapshot: func() evictor.Status {
-			return evictor.Status{
-				SampledAt: now.Add(-time.Second), Source: pressure.SourceMeminfo,
-				Observed: map[pressure.Signal]pressure.Observation{
-					pressure.SignalMemoryAvailable: {Signal: pressure.SignalMemoryAvailable, Available: 512 << 20, Capacity: 4 * gi},
-					pressure.SignalPSIFullAvg10:    {Signal: pressure.SignalPSIFullAvg10, Percent: 1.5},
-				},
-				Conditions: []string{evictor.ConditionMemoryPressure},
-				Decisions:  []evictor.Decision{{Time: now, Kind: evictor.KindRefuse, Reason: evictor.ReasonEvicted, Message: "The node had condition: [MemoryPressure]. "}},
-			}
-		},
-		Pods:       testPods,
-		Thresholds: func() []pressure.Threshold { return ts },
-		PodStats:   testStats,
+		Snapshot: m.Snapshot,
+		Pods:     testPods,
 		Runtime: func() Runtime {
 			return Runtime{Endpoint: "/run/containerd/containerd.sock", State: "READY", Connected: true}
 		},
@@ -89,22 +100,28 @@ func TestBuild(t *testing.T) {
 	if p := s.Pods[1]; p.Rank != 2 || !p.HasStats || p.WorkingSetBytes != gi || p.QOS != "BestEffort" {
 		t.Errorf("big: %+v", p)
 	}
-	if p := s.Pods[3]; p.Rank != 0 || !p.Critical || p.WorkingSetBytes != 3*gi {
+	// not a candidate: the eviction manager reads no stats for it
+	if p := s.Pods[3]; p.Rank != 0 || !p.Critical || p.HasStats {
 		t.Errorf("etcd: %+v", p)
 	}
+	since := testNow
 	want := []Signal{
 		{Signal: "memory.available", Observed: "512Mi", Value: 512 << 20, Thresholds: []Threshold{
-			{Kind: "hard", Value: "1Gi", Limit: gi, Crossed: true},
-			{Kind: "soft", Value: "25%", Limit: gi, Crossed: true, GracePeriod: "30s"},
+			{Kind: "hard", Value: "1Gi", Limit: gi, Crossed: true, Acting: true, Since: &since},
+			{Kind: "soft", Value: "25%", Limit: gi, Crossed: true, Pending: true, Since: &since, GracePeriod: "30s"},
 		}},
 		{Signal: "memory.pressure.full.avg10", Observed: pressure.Observation{Signal: pressure.SignalPSIFullAvg10, Percent: 1.5}.String(), Value: 1.5, Thresholds: []Threshold{
 			{Kind: "hard", Value: "40%", Limit: 40},
 		}},
+		{Signal: "memory.pressure.full.avg60", Observed: "0%"},
+		{Signal: "memory.pressure.some.avg10", Observed: "0%"},
+		{Signal: "memory.pressure.some.avg60", Observed: "0%"},
 	}
 	if !reflect.DeepEqual(s.Signals, want) {
 		t.Errorf("signals\n got %+v\nwant %+v", s.Signals, want)
 	}
-	if !reflect.DeepEqual(s.Conditions, []string{"MemoryPressure"}) || len(s.Decisions) != 1 || !s.DryRun || !s.Runtime.Connected {
+	// the dry-run choice of the pass, then the refusal
+	if !reflect.DeepEqual(s.Conditions, []string{"MemoryPressure"}) || len(s.Decisions) != 2 || !s.DryRun || !s.Runtime.Connected {
 		t.Errorf("status %+v", s)
 	}
 }
@@ -167,7 +184,7 @@ func TestServeAndFetch(t *testing.T) {
 	}
 	want := Build(src)
 	if !got.Time.Equal(want.Time) || !reflect.DeepEqual(got.Pods, want.Pods) || !reflect.DeepEqual(got.Signals, want.Signals) ||
-		len(got.Decisions) != 1 || got.Decisions[0].Message != want.Decisions[0].Message {
+		len(got.Decisions) != 2 || got.Decisions[1].Message != want.Decisions[1].Message {
 		t.Errorf("fetched\n%+v\nwant\n%+v", got, want)
 	}
 	raw, err := FetchRaw(context.Background(), path)

@@ -68,9 +68,16 @@ type Threshold struct {
 	// cannot be resolved yet).
 	Limit float64 `json:"limit"`
 	// Crossed is true when the last observation is beyond the limit.
-	Crossed     bool   `json:"crossed"`
-	GracePeriod string `json:"gracePeriod,omitempty"`
-	MinReclaim  string `json:"minReclaim,omitempty"`
+	Crossed bool `json:"crossed"`
+	// Acting: the threshold acts (evictions follow); Pending: a soft
+	// threshold met within its grace period; ByMinReclaim: acting only
+	// until the minimum reclaim is reached; Since: first met.
+	Acting       bool       `json:"acting"`
+	Pending      bool       `json:"pending,omitempty"`
+	ByMinReclaim bool       `json:"byMinReclaim,omitempty"`
+	Since        *time.Time `json:"since,omitempty"`
+	GracePeriod  string     `json:"gracePeriod,omitempty"`
+	MinReclaim   string     `json:"minReclaim,omitempty"`
 }
 
 // Pod is one pod in the status.
@@ -102,10 +109,6 @@ type Sources struct {
 	Snapshot func() evictor.Status
 	// Pods is guard.Loop.Pods.
 	Pods func() []*pod.Pod
-	// Thresholds returns the thresholds in force.
-	Thresholds func() []pressure.Threshold
-	// PodStats reads a pod's cgroup (pressure.Sampler.Pod).
-	PodStats func(cgroupParent string) (pressure.PodStats, error)
 	// Runtime describes the runtime connection.
 	Runtime func() Runtime
 	// Now stamps the document; default time.Now.
@@ -133,40 +136,40 @@ func Build(src Sources) Status {
 	if src.Runtime != nil {
 		s.Runtime = src.Runtime()
 	}
-	var ts []pressure.Threshold
-	if src.Thresholds != nil {
-		ts = src.Thresholds()
-	}
-	s.Signals = signals(snap.Observed, ts)
+	s.Signals = signals(snap.Observed, snap.Thresholds)
+	var ps []*pod.Pod
 	if src.Pods != nil {
-		s.Pods = pods(src.Pods(), src.PodStats)
+		ps = src.Pods()
 	}
+	s.Pods = pods(ps, snap.Ranked)
 	return s
 }
 
-// signals lists every observed or thresholded signal, sorted by name.
-func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Threshold) []Signal {
+// signals lists every observed or thresholded signal, sorted by name, with
+// each threshold as the eviction manager's last evaluation saw it.
+func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.ThresholdState) []Signal {
 	names := make([]pressure.Signal, 0, len(obs)+len(ts))
 	for sig := range obs {
 		names = append(names, sig)
 	}
 	for _, t := range ts {
-		names = append(names, t.Signal)
+		names = append(names, t.Threshold.Signal)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	out := make([]Signal, 0, len(names))
 	for _, sig := range names {
-		o, observed := obs[sig]
 		s := Signal{Signal: string(sig)}
-		if observed {
+		if o, observed := obs[sig]; observed {
 			s.Observed, s.Value = o.String(), o.Value()
 		}
-		for _, t := range ts {
+		for _, st := range ts {
+			t := st.Threshold
 			if t.Signal != sig {
 				continue
 			}
-			th := Threshold{Kind: "soft", Value: t.Value.String()}
+			th := Threshold{Kind: "soft", Value: t.Value.String(), Limit: st.Limit, Crossed: st.Crossed,
+				Acting: st.Acting, Pending: st.Pending, ByMinReclaim: st.ByMinReclaim}
 			if t.Hard {
 				th.Kind = "hard"
 			}
@@ -176,9 +179,9 @@ func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Thresho
 			if t.MinReclaim != nil {
 				th.MinReclaim = t.MinReclaim.String()
 			}
-			if limit, ok := t.Limit(o); ok {
-				th.Limit = limit
-				th.Crossed = observed && crossed(t, s.Value, limit)
+			if !st.Since.IsZero() {
+				since := st.Since
+				th.Since = &since
 			}
 			s.Thresholds = append(s.Thresholds, th)
 		}
@@ -187,41 +190,35 @@ func signals(obs map[pressure.Signal]pressure.Observation, ts []pressure.Thresho
 	return out
 }
 
-func crossed(t pressure.Threshold, v, limit float64) bool {
-	if t.Operator == pressure.OpGreaterThan {
-		return v > limit
-	}
-	return v < limit
-}
-
-// pods ranks the evictable ready pods as the eviction manager does, with
-// fresh stats, and lists the others after them.
-func pods(ps []*pod.Pod, stats func(string) (pressure.PodStats, error)) []Pod {
-	var cands []evictor.Candidate
-	var others []Pod
+// pods lists the evictable ready pods in the order of the eviction
+// manager's last pass (ranked: its own ranking, with the stats it read),
+// then the others. A ready pod that came after that pass is listed
+// unranked, without stats, until the next one.
+func pods(ps []*pod.Pod, ranked []evictor.RankedPod) []Pod {
+	byKey := make(map[string]*pod.Pod, len(ps))
 	for _, p := range ps {
-		c := evictor.Candidate{Pod: p}
-		if stats != nil && p.State == pod.StateReady {
-			if st, err := stats(p.CgroupParent); err == nil && st.HasMemory {
-				c.HasStats, c.WorkingSet, c.Request = true, st.WorkingSetBytes, st.RequestBytes
-			}
-		}
-		if p.Evictable && p.State == pod.StateReady {
-			cands = append(cands, c)
-			continue
-		}
-		others = append(others, podOf(c, 0))
+		byKey[p.Key()] = p
 	}
-	evictor.Rank(cands)
 	out := make([]Pod, 0, len(ps))
-	for i, c := range cands {
-		out = append(out, podOf(c, i+1))
+	done := map[string]bool{}
+	for _, r := range ranked {
+		key := pod.Key(r.UID, r.Attempt)
+		p, ok := byKey[key]
+		if !ok || done[key] || !p.Evictable || p.State != pod.StateReady {
+			continue // gone, or no longer a candidate, since that pass
+		}
+		done[key] = true
+		out = append(out, podOf(p, r.Candidate, len(out)+1))
 	}
-	return append(out, others...)
+	for _, p := range ps {
+		if !done[p.Key()] {
+			out = append(out, podOf(p, evictor.Candidate{}, 0))
+		}
+	}
+	return out
 }
 
-func podOf(c evictor.Candidate, rank int) Pod {
-	p := c.Pod
+func podOf(p *pod.Pod, c evictor.Candidate, rank int) Pod {
 	return Pod{
 		Rank: rank, Namespace: p.Namespace, Name: p.Name, UID: p.UID, Attempt: p.Attempt,
 		QOS: string(p.QOS), Critical: p.Critical, Evictable: p.Evictable, Priority: p.Priority,

@@ -7,15 +7,14 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// Attributes is what an admit handler decides on (the kubelet's
-// PodAdmitAttributes): the pod and whether it comes from a checkpoint.
+// Attributes is what Admit decides on (the kubelet's PodAdmitAttributes): the pod and whether it comes from a checkpoint.
 type Attributes struct {
 	Pod *pod.Pod
 	// Restored is true for pods replayed from checkpoints at start-up.
 	Restored bool
 }
 
-// Result is an admit handler's answer (the kubelet's PodAdmitResult).
+// Result is Admit's answer (the kubelet's PodAdmitResult).
 type Result struct {
 	Admit bool
 	// Reason is a short CamelCase word, "Evicted" for memory pressure.
@@ -24,33 +23,8 @@ type Result struct {
 	Message string
 }
 
-// Admitted is the result of a handler that lets the pod in.
+// admitted is the result that lets the pod in.
 var admitted = Result{Admit: true}
-
-// AdmitHandler decides whether a pod may run (the kubelet's PodAdmitHandler).
-type AdmitHandler interface {
-	Admit(a *Attributes) Result
-}
-
-// AdmitFunc adapts a function to an AdmitHandler.
-type AdmitFunc func(a *Attributes) Result
-
-// Admit calls f.
-func (f AdmitFunc) Admit(a *Attributes) Result { return f(a) }
-
-// Chain runs handlers in order; the first refusal refuses the pod, as
-// canAdmitPod does.
-type Chain []AdmitHandler
-
-// Admit implements AdmitHandler.
-func (c Chain) Admit(a *Attributes) Result {
-	for _, h := range c {
-		if r := h.Admit(a); !r.Admit {
-			return r
-		}
-	}
-	return admitted
-}
 
 const (
 	// ReasonEvicted is the kubelet's reason for refusals under pressure.

@@ -1,7 +1,6 @@
 package evictor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,11 +17,6 @@ type Sampler interface {
 	Node() (pressure.NodeSample, error)
 	Pod(cgroupParent string) (pressure.PodStats, error)
 }
-
-// KillPodFunc stops every container of the pod with the grace period, then
-// its sandbox, and returns once the sandbox is stopped or ctx ends (the
-// kubelet's KillPodFunc).
-type KillPodFunc func(ctx context.Context, p *pod.Pod, grace time.Duration) error
 
 // StatsErrorPolicy says what admission does when pressure cannot be read.
 type StatsErrorPolicy string
@@ -45,8 +39,6 @@ type Config struct {
 	MaxPodGracePeriod time.Duration
 	// HardGracePeriod is the grace period for hard-threshold evictions.
 	HardGracePeriod time.Duration
-	// MaxSampleAge: an admission decision resamples when the last sample is older.
-	MaxSampleAge time.Duration
 	// OnStatsError chooses fail-open or fail-closed admission.
 	OnStatsError StatsErrorPolicy
 	// DryRun logs and counts evictions but stops nothing.
@@ -58,12 +50,11 @@ type Observer interface {
 	Decided(d Decision)
 }
 
-// Manager is the eviction manager. Admit and Synchronize must be called from
-// one goroutine; Snapshot is safe from any.
+// Manager is the eviction manager. Its methods but Snapshot must be called
+// from one goroutine (the sync loop's); Snapshot is safe from any.
 type Manager struct {
 	cfg     Config
 	sampler Sampler
-	kill    KillPodFunc
 	now     func() time.Time
 	log     *logrus.Entry
 	obs     Observer
@@ -89,7 +80,6 @@ type evictedPod struct {
 // Options are the manager's dependencies.
 type Options struct {
 	Sampler  Sampler
-	Kill     KillPodFunc
 	Now      func() time.Time
 	Log      *logrus.Entry
 	Observer Observer
@@ -97,8 +87,8 @@ type Options struct {
 
 // New builds a manager.
 func New(cfg Config, o Options) (*Manager, error) {
-	if o.Sampler == nil || o.Kill == nil {
-		return nil, errors.New("new eviction manager: sampler and kill function are required")
+	if o.Sampler == nil {
+		return nil, errors.New("new eviction manager: a sampler is required")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -109,13 +99,9 @@ func New(cfg Config, o Options) (*Manager, error) {
 	if cfg.OnStatsError == "" {
 		cfg.OnStatsError = StatsErrorAdmit
 	}
-	if cfg.MaxSampleAge <= 0 {
-		cfg.MaxSampleAge = time.Second
-	}
 	return &Manager{
 		cfg:     cfg,
 		sampler: o.Sampler,
-		kill:    o.Kill,
 		now:     o.Now,
 		log:     o.Log,
 		obs:     o.Observer,
@@ -125,11 +111,22 @@ func New(cfg Config, o Options) (*Manager, error) {
 }
 
 // SetThresholds replaces the thresholds (SIGHUP reload); the condition
-// history starts again.
+// history starts again. Status shows the new thresholds at once, unobserved
+// until the next pass.
 func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duration) {
 	m.cfg.Thresholds = ts
 	m.cfg.TransitionPeriod = transition
 	m.eval = pressure.NewEvaluator(ts, transition)
+	m.Observe()
+}
+
+// Observe samples the node and evaluates the thresholds, the first half of
+// Synchronize without choosing a pod: the sync loop calls it before
+// restored pods are admitted, and while an eviction's stop is under way,
+// so that Admit reads a current evaluation.
+func (m *Manager) Observe() {
+	m.observe()
+	m.publish(nil)
 }
 
 // observe samples the node and evaluates the thresholds.
@@ -169,13 +166,11 @@ func (m *Manager) conditions() (conds []string, statsErr bool) {
 	return m.result.Conditions, false
 }
 
-// Admit decides one pod sandbox (the eviction manager's Admit) with fresh
-// stats: it resamples when the last sample is older than MaxSampleAge.
+// Admit decides one pod sandbox (the eviction manager's Admit). It is a
+// read: it uses the conditions of the last evaluation, as the kubelet's
+// Admit reads its cached conditions, and neither samples nor moves a
+// grace timer; only Synchronize does. It records the decision.
 func (m *Manager) Admit(a *Attributes) Result {
-	if m.now().Sub(m.lastSample) >= m.cfg.MaxSampleAge {
-		m.observe()
-		m.publish(nil)
-	}
 	conds, statsErr := m.conditions()
 	r := admitUnderConditions(a.Pod, conds)
 	if r.Admit && !a.Pod.Critical && len(conds) > 0 {
@@ -209,22 +204,37 @@ func (m *Manager) Admit(a *Attributes) Result {
 	return r
 }
 
-// Synchronize is one pass of the eviction loop: sample, evaluate, and when a
-// threshold is met stop the best-ranked evictable pod among active. It
-// returns the pod it stopped (or would stop, in dry run), or nil.
-func (m *Manager) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error) {
+// Eviction is Synchronize's decision to stop one pod. The caller stops it
+// (containers with Grace, then the sandbox) and reports the outcome with
+// Evicted or EvictionFailed: only a stop that happened counts.
+type Eviction struct {
+	Pod *pod.Pod
+	// Grace is the containers' stop grace period: HardGracePeriod for a
+	// hard threshold, MaxPodGracePeriod for a soft one.
+	Grace time.Duration
+	// Signal is the signal of the threshold that chose the pod.
+	Signal pressure.Signal
+	// Message is the kubelet's eviction message.
+	Message string
+}
+
+// Synchronize is one pass of the eviction loop: sample, evaluate, rank the
+// active pods and, when a threshold acts, choose the best-ranked evictable
+// pod. It returns that choice (nil when nothing is to be stopped, and in
+// dry run, where the choice is only logged and recorded); it stops nothing
+// itself.
+func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	m.observe()
 	if m.statsErr != nil {
 		m.publish(nil)
 		return nil, fmt.Errorf("synchronize: %w", m.statsErr)
 	}
-	if len(m.result.Met) == 0 {
-		m.unable = false
-		m.publish(nil)
-		return nil, nil
-	}
 	ranked := m.rank(active)
 	m.publish(ranked)
+	if len(m.result.Met) == 0 {
+		m.unable = false
+		return nil, nil
+	}
 	met := m.result.Met[0]
 	now := m.now()
 	if len(ranked) == 0 {
@@ -240,28 +250,42 @@ func (m *Manager) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod,
 	}
 	m.unable = false
 	m.logCandidates(ranked, met)
-	victim := ranked[0].Pod
-	grace := m.cfg.MaxPodGracePeriod
+	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Signal: met.Threshold.Signal, Message: evictionMessage(met)}
 	if met.Threshold.Hard {
-		grace = m.cfg.HardGracePeriod
+		e.Grace = m.cfg.HardGracePeriod
 	}
-	msg := evictionMessage(met)
-	fields := logrus.Fields{"pod": victim.Name, "namespace": victim.Namespace, "pod_uid": victim.UID,
-		"pod_sandbox_id": victim.SandboxID, "qos": victim.QOS, "signal": met.Threshold.Signal,
-		"threshold": met.Threshold.String(), "observed": met.Observed.String()}
+	fields := evictionFields(e)
+	fields["threshold"], fields["observed"] = met.Threshold.String(), met.Observed.String()
 	if m.cfg.DryRun {
 		m.log.WithFields(fields).Warn("dry run: would evict pod")
-		m.decide(Decision{Time: now, Kind: KindDryRun, Pod: podRef(victim), Signal: string(met.Threshold.Signal), Reason: ReasonEvicted, Message: msg})
-		return victim, nil
+		m.decide(Decision{Time: now, Kind: KindDryRun, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message})
+		return nil, nil
 	}
 	m.log.WithFields(fields).Warn("evicting pod")
-	if err := m.kill(ctx, victim, grace); err != nil {
-		m.decide(Decision{Time: m.now(), Kind: KindEvictFailed, Pod: podRef(victim), Signal: string(met.Threshold.Signal), Message: err.Error()})
-		return nil, fmt.Errorf("evict pod %q: %w", victim.String(), err)
-	}
-	m.evicted[victim.UID] = evictedPod{pod: victim, message: msg, at: m.now()}
-	m.decide(Decision{Time: m.now(), Kind: KindEvict, Pod: podRef(victim), Signal: string(met.Threshold.Signal), Reason: ReasonEvicted, Message: msg})
-	return victim, nil
+	return e, nil
+}
+
+// Evicted records that e's pod was stopped (or its sandbox was already
+// gone): it counts the eviction and refuses the pod's recreation while the
+// pressure lasts.
+func (m *Manager) Evicted(e *Eviction) {
+	m.evicted[e.Pod.UID] = evictedPod{pod: e.Pod, message: e.Message, at: m.now()}
+	m.decide(Decision{Time: m.now(), Kind: KindEvict, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message})
+	m.publish(nil)
+}
+
+// EvictionFailed records that stopping e's pod failed or timed out: it is
+// counted and logged with the runtime's error, nothing else changes, and
+// the pod stays a candidate for the next pass.
+func (m *Manager) EvictionFailed(e *Eviction, err error) {
+	m.log.WithFields(evictionFields(e)).WithError(err).Error("eviction failed: the pod stays a candidate")
+	m.decide(Decision{Time: m.now(), Kind: KindEvictFailed, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: err.Error()})
+}
+
+func evictionFields(e *Eviction) logrus.Fields {
+	p := e.Pod
+	return logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID,
+		"pod_sandbox_id": p.SandboxID, "qos": p.QOS, "signal": e.Signal}
 }
 
 // evictionMessage is the kubelet's message for an evicted pod.
@@ -290,11 +314,4 @@ func (m *Manager) MarkEvicted(p *pod.Pod, at time.Time) {
 	if _, ok := m.evicted[p.UID]; !ok {
 		m.evicted[p.UID] = evictedPod{pod: p, at: at}
 	}
-}
-
-// IsEvicted reports whether cri-guard evicted the pod with this UID and the
-// pressure that caused it has not ended yet.
-func (m *Manager) IsEvicted(uid string) bool {
-	_, ok := m.evicted[uid]
-	return ok
 }

@@ -1,8 +1,8 @@
 package evictor
 
 import (
-	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +46,7 @@ type recorder struct {
 	err    error
 }
 
-func (r *recorder) kill(_ context.Context, p *pod.Pod, grace time.Duration) error {
+func (r *recorder) kill(p *pod.Pod, grace time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -55,6 +55,27 @@ func (r *recorder) kill(_ context.Context, p *pod.Pod, grace time.Duration) erro
 	r.killed = append(r.killed, p.Name)
 	r.grace = append(r.grace, grace)
 	return nil
+}
+
+// pass is one housekeeping pass as the sync loop runs it: Synchronize,
+// then the stop of its choice and the outcome reported back.
+func (r *recorder) pass(m *Manager, active []*pod.Pod) (*Eviction, error) {
+	e, err := m.Synchronize(active)
+	if err != nil || e == nil {
+		return e, err
+	}
+	if err := r.kill(e.Pod, e.Grace); err != nil {
+		m.EvictionFailed(e, err)
+		return e, err
+	}
+	m.Evicted(e)
+	return e, nil
+}
+
+// isEvicted reports whether the re-admission guard holds the pod.
+func (m *Manager) isEvicted(uid string) bool {
+	_, ok := m.evicted[uid]
+	return ok
 }
 
 // clock is a stepped clock.
@@ -80,7 +101,7 @@ func thresholds(t *testing.T, tc pressure.ThresholdConfig) []pressure.Threshold 
 
 func newManager(t *testing.T, cfg Config, s *fakeSampler, r *recorder, c *clock) *Manager {
 	t.Helper()
-	m, err := New(cfg, Options{Sampler: s, Kill: r.kill, Now: c.now, Log: quietLog()})
+	m, err := New(cfg, Options{Sampler: s, Now: c.now, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +133,9 @@ func TestAdmitRules(t *testing.T) {
 			s, r, c := &fakeSampler{}, &recorder{}, newClock()
 			s.available(tt.available)
 			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+			if _, err := m.Synchronize(nil); err != nil {
+				t.Fatal(err)
+			}
 			res := m.Admit(&Attributes{Pod: tt.pod})
 			if res.Admit != tt.admit {
 				t.Fatalf("admit = %v, want %v (%+v)", res.Admit, tt.admit, res)
@@ -133,6 +157,9 @@ func TestOnStatsError(t *testing.T) {
 		t.Run(string(pol), func(t *testing.T) {
 			s, r, c := &fakeSampler{nodeErr: errors.New("no meminfo")}, &recorder{}, newClock()
 			m := newManager(t, Config{OnStatsError: pol}, s, r, c)
+			if _, err := m.Synchronize(nil); err == nil {
+				t.Fatal("Synchronize without stats: no error")
+			}
 			be := m.Admit(&Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)})
 			crit := m.Admit(&Attributes{Pod: mkPod("b", pod.BestEffort, 0, true, true, false)})
 			if be.Admit != (pol == StatsErrorAdmit) || !crit.Admit {
@@ -193,7 +220,7 @@ func TestCriticalProtection(t *testing.T) {
 			s, r, c := &fakeSampler{}, &recorder{}, newClock()
 			s.available(50 * mi)
 			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
-			victim, err := m.Synchronize(context.Background(), tt.pods)
+			victim, err := r.pass(m, tt.pods)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -209,7 +236,7 @@ func TestCriticalProtection(t *testing.T) {
 				if d[len(d)-1].Kind != KindUnable || !strings.Contains(d[len(d)-1].Message, "unable to evict any pods") {
 					t.Fatalf("last decision = %+v", d[len(d)-1])
 				}
-				if _, err := m.Synchronize(context.Background(), tt.pods); err != nil {
+				if _, err := r.pass(m, tt.pods); err != nil {
 					t.Fatal(err)
 				}
 				if n := len(m.Snapshot().Decisions); n != len(d) {
@@ -246,7 +273,7 @@ func TestMemoryPressure(t *testing.T) {
 	active := []*pod.Pod{crit, bu, be}
 	sync := func() {
 		t.Helper()
-		if _, err := m.Synchronize(context.Background(), active); err != nil {
+		if _, err := r.pass(m, active); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -327,7 +354,7 @@ func TestOnePodPerInterval(t *testing.T) {
 	s.available(10 * mi)
 	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
 	active := []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true), mkPod("b", pod.BestEffort, 0, false, false, true)}
-	if _, err := m.Synchronize(context.Background(), active); err != nil {
+	if _, err := r.pass(m, active); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.killed) != 1 {
@@ -339,30 +366,55 @@ func TestDryRun(t *testing.T) {
 	s, r, c := &fakeSampler{}, &recorder{}, newClock()
 	s.available(10 * mi)
 	m := newManager(t, Config{DryRun: true, Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
-	victim, err := m.Synchronize(context.Background(), []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)})
+	victim, err := r.pass(m, []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if victim == nil || victim.Name != "a" || len(r.killed) != 0 {
-		t.Fatalf("dry run: victim %v killed %v", victim, r.killed)
+	if victim != nil || len(r.killed) != 0 {
+		t.Fatalf("dry run: victim %v killed %v, want nothing to stop", victim, r.killed)
 	}
-	if d := m.Snapshot().Decisions; d[len(d)-1].Kind != KindDryRun {
+	if d := m.Snapshot().Decisions; d[len(d)-1].Kind != KindDryRun || d[len(d)-1].Pod.Name != "a" {
 		t.Fatalf("decision = %+v", d[len(d)-1])
 	}
-	if m.IsEvicted("uid-a") {
+	if m.isEvicted("uid-a") {
 		t.Fatal("dry run must not mark the pod evicted")
 	}
 }
 
-func TestKillFailure(t *testing.T) {
+// TestStopFailure: a stop that failed is counted as a failure, not an
+// eviction; the pod is not guarded, stays a candidate and is chosen again
+// by the next pass, whose successful stop is the eviction.
+func TestStopFailure(t *testing.T) {
 	s, r, c := &fakeSampler{}, &recorder{err: errors.New("runtime down")}, newClock()
 	s.available(10 * mi)
 	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
-	if _, err := m.Synchronize(context.Background(), []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)}); err == nil {
-		t.Fatal("want the kill error")
+	a := mkPod("a", pod.BestEffort, 0, false, false, true)
+	e, err := r.pass(m, []*pod.Pod{a})
+	if err == nil || e == nil || e.Pod.Name != "a" {
+		t.Fatalf("first pass: eviction %v, err %v; want a and the stop error", e, err)
 	}
-	if m.IsEvicted("uid-a") {
+	if m.isEvicted("uid-a") {
 		t.Fatal("a pod that was not stopped must not be marked evicted")
+	}
+	kinds := func() (out []Kind) {
+		for _, d := range m.Snapshot().Decisions {
+			out = append(out, d.Kind)
+		}
+		return out
+	}
+	if got := kinds(); !slices.Equal(got, []Kind{KindEvictFailed}) {
+		t.Fatalf("decisions after the failed stop = %v", got)
+	}
+	if snap := m.Snapshot(); len(snap.Ranked) != 1 || snap.Ranked[0].Name != "a" {
+		t.Fatalf("ranked after the failed stop = %+v", snap.Ranked)
+	}
+	r.err = nil
+	c.step(time.Second)
+	if e, err := r.pass(m, []*pod.Pod{a}); err != nil || e == nil || e.Pod.Name != "a" {
+		t.Fatalf("second pass: eviction %v, err %v", e, err)
+	}
+	if !m.isEvicted("uid-a") || !slices.Equal(kinds(), []Kind{KindEvictFailed, KindEvict}) {
+		t.Fatalf("after the stop: guarded %v, decisions %v", m.isEvicted("uid-a"), kinds())
 	}
 }
 
@@ -383,8 +435,8 @@ func BenchmarkRank1000(b *testing.B) {
 	}
 }
 
-// BenchmarkAdmit is the admission decision alone, with stats fresh enough
-// not to be read again (the common case: one sample per second at most).
+// BenchmarkAdmit is the admission decision alone: a read of the last
+// evaluation.
 func BenchmarkAdmit(b *testing.B) {
 	s, c := &fakeSampler{}, newClock()
 	s.available(50 * mi)
@@ -392,12 +444,14 @@ func BenchmarkAdmit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := New(Config{Thresholds: ts}, Options{Sampler: s, Kill: (&recorder{}).kill, Now: c.now, Log: quietLog()})
+	m, err := New(Config{Thresholds: ts}, Options{Sampler: s, Now: c.now, Log: quietLog()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	a := &Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)}
-	m.Admit(a)
+	if _, err := m.Synchronize(nil); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Admit(a)
@@ -413,16 +467,101 @@ func TestMarkEvicted(t *testing.T) {
 	bu := mkPod("bu", pod.Burstable, 0, false, false, true)
 	m.MarkEvicted(bu, c.now())
 	s.available(50 * mi)
+	if _, err := r.pass(m, nil); err != nil {
+		t.Fatal(err)
+	}
 	res := m.Admit(&Attributes{Pod: bu})
 	if res.Admit || res.Message != "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. " {
 		t.Fatalf("recreation under pressure = %+v", res)
 	}
 	s.available(500 * mi)
 	c.step(2 * time.Second)
+	if _, err := r.pass(m, nil); err != nil {
+		t.Fatal(err)
+	}
 	if res := m.Admit(&Attributes{Pod: bu}); !res.Admit {
 		t.Fatalf("recreation without pressure refused: %+v", res)
 	}
-	if m.IsEvicted(bu.UID) {
+	if m.isEvicted(bu.UID) {
 		t.Fatal("guard kept after the pressure ended")
+	}
+}
+
+// TestAdmitDoesNotMoveEvictionTiming steps a clock through a soft
+// threshold's grace period, once with passes only and once with admissions
+// between the passes (and with the pressure changing in between, which
+// Admit must not see either): the evictions come at the same times.
+func TestAdmitDoesNotMoveEvictionTiming(t *testing.T) {
+	cfg := func(t *testing.T) Config {
+		return Config{
+			Thresholds: thresholds(t, pressure.ThresholdConfig{
+				Soft:            map[string]string{"memory.available": "300Mi"},
+				SoftGracePeriod: map[string]string{"memory.available": "20s"},
+			}),
+			TransitionPeriod:  30 * time.Second,
+			MaxPodGracePeriod: 5 * time.Second,
+		}
+	}
+	// available memory at each pass, every 2 s: pressure from 4 s, a dip
+	// out of it at 10-11 s (resets the grace timer), back in until 60 s
+	avail := func(sec int) int64 {
+		switch {
+		case sec < 4, sec >= 10 && sec < 12, sec >= 60:
+			return 500 * mi
+		}
+		return 250 * mi
+	}
+	tests := []struct {
+		name string
+		// admits is how many admissions run between two passes, spread
+		// over the 2 s; before each the sample changes to a value the
+		// passes never see
+		admits int
+	}{
+		{"passes only", 0},
+		{"one admission between passes", 1},
+		{"ten admissions between passes", 10},
+	}
+	var want []time.Duration
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, r, c := &fakeSampler{}, &recorder{}, newClock()
+			start := c.now()
+			m := newManager(t, cfg(t), s, r, c)
+			var pods []*pod.Pod
+			for i := range 5 {
+				p := mkPod("p"+strconv.Itoa(i), pod.BestEffort, 0, false, false, true)
+				pods = append(pods, p)
+			}
+			var got []time.Duration
+			for sec := 0; sec < 90; sec += 2 {
+				s.available(avail(sec))
+				e, err := r.pass(m, pods)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if e != nil {
+					got = append(got, c.now().Sub(start))
+					pods = slices.DeleteFunc(pods, func(p *pod.Pod) bool { return p == e.Pod })
+				}
+				for i := range tt.admits {
+					c.t = start.Add(time.Duration(sec)*time.Second + time.Duration(i+1)*2*time.Second/time.Duration(tt.admits+1))
+					s.available(int64((i+1)%2) * 900 * mi) // never sampled by Admit
+					m.Admit(&Attributes{Pod: mkPod("new", pod.BestEffort, 0, false, false, true)})
+				}
+				c.t = start.Add(time.Duration(sec+2) * time.Second)
+			}
+			if len(got) == 0 {
+				t.Fatal("no eviction at all")
+			}
+			if want == nil {
+				want = got
+				t.Logf("eviction times: %v", got)
+				return
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("eviction times = %v, want %v (as without admissions)", got, want)
+			}
+		})
 	}
 }

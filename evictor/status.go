@@ -56,15 +56,17 @@ type Status struct {
 	Source     string                                   `json:"source,omitempty"`
 	StatsError string                                   `json:"statsError,omitempty"`
 	Observed   map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
-	Thresholds []string                                 `json:"thresholds"`
-	Met        []string                                 `json:"met,omitempty"`
-	Conditions []string                                 `json:"conditions"`
-	Ranked     []RankedPod                              `json:"ranked,omitempty"`
-	Evicted    []string                                 `json:"evicted,omitempty"`
-	Decisions  []Decision                               `json:"decisions"`
+	// Thresholds are the thresholds in force, as the last evaluation saw
+	// them (before the first pass: unobserved).
+	Thresholds []pressure.ThresholdState `json:"-"`
+	Met        []string                  `json:"met,omitempty"`
+	Conditions []string                  `json:"conditions"`
+	Ranked     []RankedPod               `json:"ranked,omitempty"`
+	Evicted    []string                  `json:"evicted,omitempty"`
+	Decisions  []Decision                `json:"decisions"`
 }
 
-// RankedPod is a candidate as shown in status.
+// RankedPod is a candidate as the last pass ranked it.
 type RankedPod struct {
 	PodRef
 	Candidate
@@ -92,9 +94,13 @@ func (m *Manager) publish(ranked []Candidate) {
 		s.StatsError = m.statsErr.Error()
 	}
 	s.Observed = m.sample.Observations()
-	s.Thresholds = nil
-	for _, t := range m.cfg.Thresholds {
-		s.Thresholds = append(s.Thresholds, t.String())
+	s.Thresholds = m.result.States
+	if len(s.Thresholds) != len(m.cfg.Thresholds) { // not evaluated yet, or stats unreadable
+		s.Thresholds = make([]pressure.ThresholdState, len(m.cfg.Thresholds))
+		for i, t := range m.cfg.Thresholds {
+			s.Thresholds[i].Threshold = t
+			s.Thresholds[i].Limit, s.Thresholds[i].LimitKnown = t.Limit(pressure.Observation{})
+		}
 	}
 	s.Met = nil
 	for _, mt := range m.result.Met {

@@ -1,9 +1,23 @@
 // Package guard is cri-guard's sync loop, the one goroutine that owns pod
-// state, as the kubelet's syncLoopIteration does. It takes pod additions
-// from the server (ADD), restored pods from checkpoints (RESTORE),
-// housekeeping ticks, PSI trigger events and runtime events, and hands
-// decisions to the evictor.
+// state, as the kubelet's syncLoopIteration does. Every pod record and every
+// checkpoint write or delete happens on it, in order; nothing rewrites a
+// record from a stale copy.
 //
-// It imports pod, evictor, pressure, checkpoint and runtimeproxy's types
-// through small interfaces; it never imports server. Readers get snapshots.
+// A sandbox change is one operation of the owner, start to end:
+//
+//   - RunPodSandbox (sandbox.go): admit, write the pending record, forward
+//     through the function the server hands in (off the loop), settle the
+//     record with the runtime's answer.
+//   - An eviction (evict.go): the evictor chooses; the loop stops the pod
+//     off the loop goroutine, bounded by the grace period plus StopTimeout;
+//     the outcome comes back to the loop, which records it. Only a stop that
+//     happened (or a sandbox already gone) counts, arms the re-admission
+//     guard and marks the record; a failed or timed-out stop leaves the pod
+//     ready and ranked for the next pass. One eviction at a time.
+//   - StopPodSandbox/RemovePodSandbox through cri-guard, runtime events and
+//     housekeeping resyncs update or drop records on the loop.
+//
+// Restore replays checkpoints through admission before Run. It imports pod,
+// evictor, checkpoint and runtimeproxy (their types, through small
+// interfaces); it never imports server. Readers get snapshots.
 package guard

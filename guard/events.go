@@ -4,9 +4,11 @@ import (
 	"context"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"errors"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // EventStream is an open GetContainerEvents stream.
@@ -14,7 +16,9 @@ type EventStream interface {
 	Recv() (*runtimeapi.ContainerEventResponse, error)
 }
 
-// OpenEvents opens the runtime's event stream (runtimeproxy.Client.GetContainerEvents).
+// OpenEvents opens the runtime's event stream (a runtimeproxy.EventHub
+// subscription). A stream whose error wraps runtimeproxy.ErrNoEvents says
+// the runtime has none.
 type OpenEvents func(ctx context.Context) (EventStream, error)
 
 // RunEvents follows the runtime's container events and resyncs the known
@@ -33,7 +37,7 @@ func (l *Loop) RunEvents(ctx context.Context, open OpenEvents) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if status.Code(err) == codes.Unimplemented {
+		if errors.Is(err, runtimeproxy.ErrNoEvents) {
 			l.log.Info("runtime has no container event stream: resync on housekeeping only")
 			return nil
 		}

@@ -8,49 +8,71 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// KillPod is the evictor's KillPodFunc. It runs on the loop goroutine: it
-// marks the pod stopped at once (so it is not ranked again) and stops it in
-// the background, so admissions go on during the grace period; the next
-// eviction waits until this one has finished.
-func (l *Loop) KillPod(_ context.Context, p *pod.Pod, grace time.Duration) error {
-	cur, ok := l.pods[p.Key()]
-	if !ok || cur.SandboxID == "" {
-		return fmt.Errorf("kill pod %q: not known to the sync loop", p.String())
+// evict is one eviction, start to end, as the owner runs it: the evictor
+// chose e; the stop runs off the loop (a grace period may take seconds, and
+// admissions go on meanwhile), bounded by e.Grace + StopTimeout; its outcome
+// comes back to the loop, which records it (settleEviction). Until then no
+// other pod is chosen, as the kubelet waits for its victim's cleanup.
+func (l *Loop) evict(e *evictor.Eviction) {
+	cur, ok := l.pods[e.Pod.Key()]
+	if !ok || cur.SandboxID == "" || cur.State != pod.StateReady {
+		// not expected: the evictor ranks only the active pods handed in
+		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
+		return
 	}
-	cur.State = pod.StateStopped
-	cur.EvictedAt = l.now()
-	// on disk before the stop starts: a restart mid-eviction keeps the
-	// re-admission guard (restore takes the state from containerd anyway)
-	_ = l.checkpoint(cur)
-	l.publish()
-	l.evicting = true
+	l.evicting = e
 	victim := cur.Clone()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), grace+l.cfg.StopTimeout)
-		defer cancel()
-		err := l.stopPod(ctx, victim, grace)
-		done := func() {
-			l.evicting = false
-			if err != nil {
-				l.log.WithError(err).WithFields(podFields(victim)).Error("eviction failed")
-				return
-			}
-			_ = l.checkpoint(victim)
-			l.log.WithFields(podFields(victim)).Info("pod evicted")
-		}
-		select {
-		case l.updates <- done:
-		case <-l.done:
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
+		err := l.stopPod(ctx, victim, e.Grace)
+		cancel()
+		l.post(func() { l.settleEviction(e, victim.SandboxID, err) })
 	}()
-	return nil
+}
+
+// settleEviction records an eviction's outcome (loop goroutine). Only a
+// stop that happened counts: the evictor records it (metrics, re-admission
+// guard) and the pod's current record, if it still has one, is marked
+// stopped with EvictedAt. A failed or timed-out stop changes nothing but
+// the failure count: the pod stays ready and is ranked again next pass.
+func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
+	l.evicting = nil
+	if err != nil {
+		l.ev.EvictionFailed(e, err)
+		return
+	}
+	l.ev.Evicted(e)
+	p, ok := l.pods[e.Pod.Key()]
+	if !ok || p.SandboxID != sandboxID {
+		// removed meanwhile (RemovePodSandbox, or gone from the runtime):
+		// nothing to record, and no record comes back
+		l.log.WithFields(podFields(e.Pod)).Info("pod evicted; its sandbox is already removed")
+		return
+	}
+	p.State = pod.StateStopped
+	p.EvictedAt = l.now()
+	_ = l.checkpoint(p) // logged; the guard is in the evictor's memory meanwhile
+	l.publish()
+	l.log.WithFields(podFields(p)).Info("pod evicted")
+}
+
+// post runs f on the loop goroutine without waiting for it; it gives up
+// when the loop has stopped.
+func (l *Loop) post(f func()) {
+	select {
+	case l.updates <- f:
+	case <-l.done:
+	}
 }
 
 // stopPod stops every container of the sandbox with the grace period, then
-// the sandbox (what the kubelet's killPod does through the runtime).
+// the sandbox (what the kubelet's killPod does through the runtime). A
+// sandbox or container that is already gone counts as stopped (the
+// runtime client answers NotFound with nil).
 func (l *Loop) stopPod(ctx context.Context, p *pod.Pod, grace time.Duration) error {
 	ctrs, err := l.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID})
 	if err != nil {
@@ -106,6 +128,14 @@ func (l *Loop) resync(ctx context.Context) {
 		case st != runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateReady:
 			l.log.WithFields(podFields(p)).Info("sandbox is no longer ready")
 			p.State = pod.StateStopped
+			_ = l.checkpoint(p)
+			changed = true
+		case st == runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateStopped:
+			// a record older than its sandbox's state (written by a
+			// release that marked a pod stopped before the stop): the
+			// runtime's word wins, and the pod is a candidate again
+			l.log.WithFields(podFields(p)).Info("sandbox is ready again")
+			p.State = pod.StateReady
 			_ = l.checkpoint(p)
 			changed = true
 		}

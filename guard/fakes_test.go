@@ -26,6 +26,10 @@ type fakeRuntime struct {
 	calls     []string
 	listErr   error
 	lists     int // ListPodSandbox calls
+	// stopErrs are returned by the next StopPodSandbox calls, one each;
+	// stopHang, when set, makes StopPodSandbox wait for it or ctx.
+	stopErrs []error
+	stopHang chan struct{}
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -94,9 +98,28 @@ func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout int64)
 	return nil
 }
 
-func (f *fakeRuntime) StopPodSandbox(_ context.Context, id string) error {
+func (f *fakeRuntime) StopPodSandbox(ctx context.Context, id string) error {
+	f.mu.Lock()
+	hang := f.stopHang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			f.mu.Lock()
+			f.record("StopPodSandbox " + id + " timed out")
+			f.mu.Unlock()
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.stopErrs) > 0 {
+		err := f.stopErrs[0]
+		f.stopErrs = f.stopErrs[1:]
+		f.record("StopPodSandbox " + id + " failed")
+		return err
+	}
 	f.record("StopPodSandbox " + id)
 	if s, ok := f.sandboxes[id]; ok {
 		s.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
@@ -154,13 +177,14 @@ func (s *memStore) get(key string) (checkpoint.Record, bool) {
 }
 
 // ruleEvictor refuses BestEffort non-critical pods while pressure is set and
-// evicts the first evictable active pod on Synchronize.
+// chooses the first evictable active pod on Synchronize.
 type ruleEvictor struct {
 	pressure atomic.Bool
-	kill     evictor.KillPodFunc
 	admits   int
 	syncs    int
 	marked   []string // MarkEvicted calls, by UID
+	evicted  []string // Evicted calls, by UID
+	failed   []string // EvictionFailed calls, by UID
 }
 
 func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
@@ -171,19 +195,27 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 	return evictor.Result{Admit: true}
 }
 
+func (e *ruleEvictor) Observe() {}
+
 func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 
-func (e *ruleEvictor) Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error) {
+func (e *ruleEvictor) Synchronize(active []*pod.Pod) (*evictor.Eviction, error) {
 	e.syncs++
 	if !e.pressure.Load() {
 		return nil, nil
 	}
 	for _, p := range active {
 		if p.Evictable {
-			return p, e.kill(ctx, p, time.Second)
+			return &evictor.Eviction{Pod: p, Grace: time.Second, Signal: "memory.available"}, nil
 		}
 	}
 	return nil, nil
+}
+
+func (e *ruleEvictor) Evicted(ev *evictor.Eviction) { e.evicted = append(e.evicted, ev.Pod.UID) }
+
+func (e *ruleEvictor) EvictionFailed(ev *evictor.Eviction, _ error) {
+	e.failed = append(e.failed, ev.Pod.UID)
 }
 
 func testLog() *logrus.Entry {

@@ -33,10 +33,14 @@ type Store interface {
 	Delete(key string) error
 }
 
-// Evictor makes the decisions (evictor.Manager).
+// Evictor makes the decisions (evictor.Manager); the loop acts on them and
+// reports the outcome of each eviction.
 type Evictor interface {
 	Admit(a *evictor.Attributes) evictor.Result
-	Synchronize(ctx context.Context, active []*pod.Pod) (*pod.Pod, error)
+	Observe()
+	Synchronize(active []*pod.Pod) (*evictor.Eviction, error)
+	Evicted(e *evictor.Eviction)
+	EvictionFailed(e *evictor.Eviction, err error)
 	// MarkEvicted restores the re-admission guard of a pod evicted before
 	// a restart.
 	MarkEvicted(p *pod.Pod, at time.Time)
@@ -51,7 +55,8 @@ type Config struct {
 	EnforceRestored bool
 	// Rules derives critical flags for adopted sandboxes.
 	Rules pod.CriticalRules
-	// StopTimeout bounds one eviction (grace period plus this).
+	// StopTimeout bounds one eviction (grace period plus this): a stop that
+	// takes longer counts as failed.
 	StopTimeout time.Duration
 }
 
@@ -81,8 +86,8 @@ type Loop struct {
 
 	// owned by the loop goroutine
 	pods       map[string]*pod.Pod // by pod key
-	evicting   bool
-	lastResync time.Time // when housekeeping last listed the runtime's sandboxes
+	evicting   *evictor.Eviction   // the eviction whose stop is under way
+	lastResync time.Time           // when housekeeping last listed the runtime's sandboxes
 	closeOnce  sync.Once
 	done       chan struct{}
 
@@ -208,14 +213,20 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		l.lastResync = l.now()
 		l.resync(ctx)
 	}
-	if l.evicting {
-		return // one eviction at a time: wait until the last one is done
+	if l.evicting != nil {
+		// one eviction at a time: the next waits until this one is done;
+		// meanwhile admission gets current conditions
+		l.ev.Observe()
+		return
 	}
-	victim, err := l.ev.Synchronize(ctx, l.active())
+	e, err := l.ev.Synchronize(l.active())
 	if err != nil {
 		l.log.WithError(err).WithField("trigger", why).Warn("eviction pass failed")
+		return
 	}
-	_ = victim
+	if e != nil {
+		l.evict(e)
+	}
 }
 
 // active returns the ready pods, oldest first.

@@ -30,7 +30,6 @@ func newHarness(t *testing.T, enforce bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.ev.kill = l.KillPod
 	h.loop = l
 	return h
 }
@@ -41,6 +40,17 @@ func (h *harness) start(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = h.loop.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// run is one RunPodSandbox through the loop, the runtime answering id, or
+// err (notCreated: the answer says no sandbox exists).
+func (h *harness) run(p *pod.Pod, id string, err error, notCreated bool) (string, error) {
+	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+		if err != nil {
+			return "", notCreated, err
+		}
+		return id, false, nil
+	})
 }
 
 func newPod(uid string, attempt uint32, qos pod.QOSClass, critical bool) *pod.Pod {
@@ -68,20 +78,22 @@ func TestAdmitSandbox(t *testing.T) {
 			h.ev.pressure.Store(tt.pressure)
 			p := newPod("u1", 0, tt.qos, tt.critical)
 			for range 2 { // the kubelet's retry of the same attempt gets the same decision
-				r, err := h.loop.AdmitSandbox(context.Background(), p.Clone())
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r.Admit != tt.wantAdmit {
-					t.Fatalf("admit = %v, want %v (%+v)", r.Admit, tt.wantAdmit, r)
+				forwarded := false
+				_, err := h.loop.RunPodSandbox(context.Background(), p.Clone(), func(context.Context) (string, bool, error) {
+					forwarded = true
+					// the pending record is on disk before the runtime is asked
+					if rec, ok := h.store.get(p.Key()); !ok || rec.State != pod.StatePending {
+						t.Errorf("record when forwarding = %+v (present %v), want pending", rec, ok)
+					}
+					return "", true, status.Error(codes.Unavailable, "no runtime in this test")
+				})
+				var refused *RefusedError
+				if gotAdmit := !errors.As(err, &refused); gotAdmit != tt.wantAdmit || forwarded != tt.wantAdmit {
+					t.Fatalf("admitted = %v, forwarded = %v, want %v (%v)", gotAdmit, forwarded, tt.wantAdmit, err)
 				}
 			}
-			rec, ok := h.store.get(p.Key())
-			if ok != tt.wantAdmit {
-				t.Fatalf("pending checkpoint present = %v, want %v", ok, tt.wantAdmit)
-			}
-			if ok && rec.State != pod.StatePending {
-				t.Fatalf("checkpoint state = %q, want pending", rec.State)
+			if _, ok := h.store.get(p.Key()); ok {
+				t.Fatal("a record is left after the runtime refused the sandbox")
 			}
 		})
 	}
@@ -91,8 +103,13 @@ func TestAdmitSandboxCheckpointFailureRefusesForwarding(t *testing.T) {
 	h := newHarness(t, true)
 	h.start(t)
 	h.store.err = errors.New("disk full")
-	if _, err := h.loop.AdmitSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false)); err == nil {
-		t.Fatal("want an error when the pending checkpoint cannot be written")
+	forwarded := false
+	_, err := h.loop.RunPodSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false), func(context.Context) (string, bool, error) {
+		forwarded = true
+		return "sb1", false, nil
+	})
+	if err == nil || forwarded {
+		t.Fatalf("err = %v, forwarded = %v: want an error, unforwarded, when the pending checkpoint cannot be written", err, forwarded)
 	}
 	if n := len(h.loop.Pods()); n != 0 {
 		t.Fatalf("pods = %d, want 0", n)
@@ -103,10 +120,9 @@ func TestSandboxLifecycle(t *testing.T) {
 	h := newHarness(t, true)
 	h.start(t)
 	p := newPod("u1", 0, pod.Burstable, false)
-	if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
-		t.Fatal(err)
+	if id, err := h.run(p, "sb1", nil, false); err != nil || id != "sb1" {
+		t.Fatalf("RunPodSandbox = %q, %v", id, err)
 	}
-	h.loop.SandboxCreated(p, "sb1")
 	rec, ok := h.store.get(p.Key())
 	if !ok || rec.SandboxID != "sb1" || rec.State != pod.StateReady {
 		t.Fatalf("record after create = %+v, %v", rec, ok)
@@ -126,22 +142,22 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func TestSandboxFailed(t *testing.T) {
 	tests := []struct {
-		name     string
-		err      error
-		wantKept bool
+		name       string
+		err        error
+		notCreated bool
+		wantKept   bool
 	}{
-		{"definite failure drops the record", status.Error(codes.InvalidArgument, "bad"), false},
-		{"deadline keeps it for reconciliation", status.Error(codes.DeadlineExceeded, "late"), true},
+		{"definite failure drops the record", status.Error(codes.InvalidArgument, "bad"), true, false},
+		{"deadline keeps it for reconciliation", status.Error(codes.DeadlineExceeded, "late"), false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, true)
 			h.start(t)
 			p := newPod("u1", 0, pod.Burstable, false)
-			if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
-				t.Fatal(err)
+			if _, err := h.run(p, "", tt.err, tt.notCreated); err != tt.err {
+				t.Fatalf("err = %v, want the runtime's %v unchanged", err, tt.err)
 			}
-			h.loop.SandboxFailed(p, tt.err)
 			if _, ok := h.store.get(p.Key()); ok != tt.wantKept {
 				t.Fatalf("record kept = %v, want %v", ok, tt.wantKept)
 			}
@@ -290,10 +306,9 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 	h.start(t)
 	for i, id := range []string{"abcdef0123", "abcdff0123"} {
 		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
-		if _, err := h.loop.AdmitSandbox(context.Background(), p); err != nil {
+		if _, err := h.run(p, id, nil, false); err != nil {
 			t.Fatal(err)
 		}
-		h.loop.SandboxCreated(p, id)
 	}
 	h.loop.SandboxRemoved("abcd") // ambiguous: nothing removed
 	if n := len(h.loop.Pods()); n != 2 {

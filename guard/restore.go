@@ -88,6 +88,7 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 		_ = l.checkpoint(p)
 		rep.Adopted++
 	}
+	l.ev.Observe() // admission reads this evaluation
 	restored := l.active()
 	for _, p := range restored {
 		r := l.ev.Admit(&evictor.Attributes{Pod: p, Restored: true})

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -29,19 +28,16 @@ func TestRetryOfCreatedSandbox(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, true)
 			h.start(t)
-			ctx := context.Background()
 			p := newPod("u1", 0, pod.BestEffort, false)
-			first := p.Clone()
-			if r, err := h.loop.AdmitSandbox(ctx, first); err != nil || !r.Admit {
-				t.Fatalf("first admission: %+v, %v", r, err)
+			if _, err := h.run(p.Clone(), "sb1", nil, false); err != nil {
+				t.Fatalf("first RunPodSandbox: %v", err)
 			}
-			h.loop.SandboxCreated(first, "sb1")
-
-			retry := p.Clone()
-			if r, err := h.loop.AdmitSandbox(ctx, retry); err != nil || !r.Admit {
-				t.Fatalf("retry admission: %+v, %v", r, err)
+			// whatever the runtime says of the duplicate, even "not created"
+			for _, notCreated := range []bool{false, true} {
+				if _, err := h.run(p.Clone(), "", tt.err, notCreated); err != tt.err {
+					t.Fatalf("retry: err = %v, want the runtime's", err)
+				}
 			}
-			h.loop.SandboxFailed(retry, tt.err)
 
 			rec, ok := h.store.get(p.Key())
 			if !ok || rec.SandboxID != "sb1" {

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 )
@@ -17,28 +14,56 @@ import (
 // containerd succeeded.
 const afterRuntimeTimeout = 10 * time.Second
 
-// AdmitSandbox is HandlePodAdditions for one RunPodSandbox: it runs the pod
-// through admission on the loop goroutine and, when admitted, writes the
-// pending checkpoint before the call may be forwarded. An error means the
-// call must not be forwarded.
-func (l *Loop) AdmitSandbox(ctx context.Context, p *pod.Pod) (evictor.Result, error) {
-	var r evictor.Result
+// RunPodSandbox is HandlePodAdditions for one RunPodSandbox, the whole
+// operation in one place: admit p on the loop; when admitted, write its
+// pending record; forward through create (off the loop: the runtime may
+// take seconds); settle the record with the outcome on the loop. A refusal
+// is a *RefusedError; any error means the kubelet gets an error. Once
+// create succeeded, its success is returned whatever the bookkeeping does.
+//
+// create (the server hands it in) forwards the call to the runtime and
+// returns the new sandbox's id; on error, notCreated is true when the
+// runtime's answer says for certain that no sandbox exists, false when one
+// may (deadline, lost connection): its pending record is then kept for
+// start-up reconciliation.
+func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (sandboxID string, notCreated bool, err error)) (string, error) {
 	p.State = pod.StatePending
-	if err := l.do(ctx, func() { r = l.handleAddition(p) }); err != nil {
-		return r, fmt.Errorf("admit pod %q: %w", p.String(), err)
+	var (
+		r      evictor.Result
+		kept   *pod.Pod // the record of a retried attempt that has its sandbox
+		admitE error
+	)
+	if err := l.do(ctx, func() { r, kept, admitE = l.admitAddition(p) }); err != nil {
+		return "", fmt.Errorf("admit pod %q: %w", p.String(), err)
+	}
+	if admitE != nil {
+		return "", admitE
 	}
 	if !r.Admit {
-		return r, nil
+		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
 	}
-	if err := l.checkpoint(p); err != nil {
-		l.forget(p.Key())
-		return r, err
+
+	id, notCreated, err := create(ctx)
+
+	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterRuntimeTimeout)
+	defer cancel()
+	var serr error
+	if err != nil {
+		serr = l.do(settle, func() { l.settleFailed(p, kept, notCreated) })
+	} else {
+		serr = l.do(settle, func() { l.settleCreated(p, id) })
 	}
-	return r, nil
+	if serr != nil {
+		// start-up reconciliation completes or drops the pending record
+		l.log.WithError(serr).WithFields(podFields(p)).Warn("cannot record the runtime's answer")
+	}
+	return id, err
 }
 
-// handleAddition decides one added pod (loop goroutine).
-func (l *Loop) handleAddition(p *pod.Pod) evictor.Result {
+// admitAddition decides one added pod and, when admitted, records it as
+// pending, on disk first (loop goroutine). A retry of an attempt that
+// already has a sandbox keeps that record as it is and returns it.
+func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, error) {
 	for _, w := range p.Warnings {
 		l.log.WithFields(podFields(p)).WithField("warning", w).Warn("pod sandbox config")
 	}
@@ -46,62 +71,57 @@ func (l *Loop) handleAddition(p *pod.Pod) evictor.Result {
 	fields := podFields(p)
 	if !r.Admit {
 		l.log.WithFields(fields).WithField("reason", r.Reason).WithField("message", r.Message).Info("pod sandbox refused")
-		return r
+		return r, nil, nil
 	}
 	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
 		// a retry of an attempt that already has a sandbox: keep what we
 		// know, its state included (a ready pod must stay rankable)
-		p.SandboxID, p.State = old.SandboxID, old.State
+		return r, old, nil
+	}
+	if err := l.checkpoint(p); err != nil {
+		return r, nil, err
 	}
 	l.pods[p.Key()] = p.Clone()
 	l.publish()
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
-	return r
+	return r, nil, nil
 }
 
-// forget drops a pod that never got a sandbox.
-func (l *Loop) forget(key string) {
-	ctx, cancel := context.WithTimeout(context.Background(), afterRuntimeTimeout)
-	defer cancel()
-	_ = l.do(ctx, func() {
-		if p, ok := l.pods[key]; ok && p.SandboxID == "" {
-			delete(l.pods, key)
-			l.publish()
-		}
-	})
-}
-
-// SandboxCreated records the sandbox id containerd gave an admitted pod:
-// checkpoint first, then the loop's state. Errors are logged, never
-// returned: the kubelet must get containerd's success.
-func (l *Loop) SandboxCreated(p *pod.Pod, sandboxID string) {
-	p.SandboxID = sandboxID
-	p.State = pod.StateReady
-	_ = l.checkpoint(p) // logged; start-up reconciliation completes the pending record
-	ctx, cancel := context.WithTimeout(context.Background(), afterRuntimeTimeout)
-	defer cancel()
-	c := p.Clone()
-	if err := l.do(ctx, func() { l.pods[c.Key()] = c; l.publish() }); err != nil {
-		l.log.WithError(err).WithFields(podFields(p)).Warn("cannot record created sandbox")
+// settleCreated records the sandbox id containerd gave an admitted pod
+// (loop goroutine). The record is updated only if it is still the pending
+// one this call wrote.
+func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) {
+	cur, ok := l.pods[p.Key()]
+	if ok && cur.SandboxID != "" && cur.SandboxID != sandboxID {
+		return // another call settled this attempt with another sandbox
 	}
+	if !ok {
+		cur = p.Clone()
+	}
+	cur.SandboxID, cur.State = sandboxID, pod.StateReady
+	l.pods[p.Key()] = cur
+	_ = l.checkpoint(cur) // logged; start-up reconciliation completes a pending record
+	l.publish()
 }
 
-// SandboxFailed is told that containerd refused RunPodSandbox. When the
-// error says the sandbox certainly does not exist the pending record is
-// dropped; when it is ambiguous (deadline, lost connection) it is kept for
-// start-up reconciliation to settle.
-func (l *Loop) SandboxFailed(p *pod.Pod, err error) {
-	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+// settleFailed settles a RunPodSandbox that containerd answered with an
+// error (loop goroutine). When the error says for certain that no sandbox
+// exists the pending record is dropped; when it is ambiguous it is kept
+// for start-up reconciliation to settle. A retried attempt whose sandbox
+// exists keeps its record.
+func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
+	if kept != nil || !notCreated {
 		return
 	}
-	if p.SandboxID != "" {
-		return // a retry of an attempt whose sandbox exists: its record stays
+	cur, ok := l.pods[p.Key()]
+	if !ok || cur.SandboxID != "" {
+		return
 	}
-	if derr := l.store.Delete(p.Key()); derr != nil {
-		l.log.WithError(derr).WithFields(podFields(p)).Warn("cannot delete checkpoint")
+	if err := l.store.Delete(p.Key()); err != nil {
+		l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
 	}
-	l.forget(p.Key())
+	delete(l.pods, p.Key())
+	l.publish()
 }
 
 // SandboxStopped marks the sandbox stopped (StopPodSandbox succeeded).
@@ -148,24 +168,11 @@ func (l *Loop) update(sandboxID string, f func(p *pod.Pod) bool) {
 	})
 }
 
-// RefusedError is the error AdmitPod returns for a refused pod; the server
-// maps it to codes.ResourceExhausted with "<reason>: <message>".
+// RefusedError is the error RunPodSandbox returns for a refused pod; the
+// server maps it to codes.ResourceExhausted with "<reason>: <message>".
 type RefusedError struct{ Reason, Message string }
 
 func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
 
 // AdmissionRefused implements server.Refusal.
 func (e *RefusedError) AdmissionRefused() (reason, message string) { return e.Reason, e.Message }
-
-// AdmitPod is AdmitSandbox in the server's terms: nil when admitted (the
-// pending checkpoint is written), a *RefusedError when refused.
-func (l *Loop) AdmitPod(ctx context.Context, p *pod.Pod) error {
-	r, err := l.AdmitSandbox(ctx, p)
-	if err != nil {
-		return err
-	}
-	if !r.Admit {
-		return &RefusedError{Reason: r.Reason, Message: r.Message}
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"slices"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,13 +19,11 @@ type StateSource struct {
 	Connected func() bool
 }
 
-// Collector turns the latest eviction-manager snapshot and the thresholds
-// into gauges when Prometheus scrapes; it owns no goroutine.
+// Collector turns the latest eviction-manager snapshot (its observations
+// and its own evaluation of the thresholds) into gauges when Prometheus
+// scrapes; it owns no goroutine.
 type Collector struct {
 	src StateSource
-
-	mu         sync.Mutex
-	thresholds []pressure.Threshold
 
 	signal     *prometheus.Desc
 	threshold  *prometheus.Desc
@@ -39,12 +36,10 @@ type Collector struct {
 // conditions are always exported, 0 when absent.
 var conditions = []string{evictor.ConditionMemoryPressure}
 
-// NewCollector returns a collector over src applying thresholds (replace
-// them with SetThresholds after a reload).
-func NewCollector(src StateSource, thresholds []pressure.Threshold) *Collector {
+// NewCollector returns a collector over src.
+func NewCollector(src StateSource) *Collector {
 	return &Collector{
-		src:        src,
-		thresholds: slices.Clone(thresholds),
+		src: src,
 		signal: prometheus.NewDesc(Namespace+"_signal_value",
 			"Last observed value of each eviction signal: bytes for memory signals, percent for PSI signals.",
 			[]string{"signal"}, nil),
@@ -63,13 +58,6 @@ func NewCollector(src StateSource, thresholds []pressure.Threshold) *Collector {
 	}
 }
 
-// SetThresholds replaces the thresholds exported (SIGHUP reload).
-func (c *Collector) SetThresholds(ts []pressure.Threshold) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.thresholds = slices.Clone(ts)
-}
-
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError} {
@@ -86,15 +74,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for sig, obs := range st.Observed {
 		ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, obs.Value(), string(sig))
 	}
-	c.mu.Lock()
-	ts := c.thresholds
-	c.mu.Unlock()
-	for _, t := range ts {
-		v, ok := t.Limit(st.Observed[t.Signal])
-		if !ok {
+	for _, t := range st.Thresholds {
+		if !t.LimitKnown {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, v, string(t.Signal), thresholdKind(t))
+		ch <- prometheus.MustNewConstMetric(c.threshold, prometheus.GaugeValue, t.Limit, string(t.Threshold.Signal), thresholdKind(t.Threshold))
 	}
 	for _, cond := range conditions {
 		v := 0.0

@@ -5,8 +5,9 @@
 // per-call Observer (latency histogram and error count per CRI method),
 // Metrics.Decided is the evictor's Observer (admissions, evictions),
 // InstrumentStore wraps the checkpoint store the sync loop writes through,
-// and a Collector reads the eviction manager's snapshot, the thresholds
-// and the runtime connection state at scrape time, so no goroutine polls.
+// and a Collector reads the eviction manager's snapshot (observations and
+// its evaluation of the thresholds in force) and the runtime connection
+// state at scrape time, so no goroutine polls.
 // Serve serves /metrics with promhttp.
 //
 // It imports evictor, pressure and checkpoint for their types; it must not

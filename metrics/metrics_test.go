@@ -142,8 +142,13 @@ func TestCollector(t *testing.T) {
 		},
 		Conditions: []string{evictor.ConditionMemoryPressure},
 	}
+	// the thresholds as the eviction manager's evaluation of st saw them
+	evaluated := func(ts []pressure.Threshold) []pressure.ThresholdState {
+		return pressure.NewEvaluator(ts, 0).Evaluate(st.SampledAt, st.Observed).States
+	}
+	st.Thresholds = evaluated(ts)
 	connected := false
-	c := NewCollector(StateSource{Snapshot: func() evictor.Status { return st }, Connected: func() bool { return connected }}, ts)
+	c := NewCollector(StateSource{Snapshot: func() evictor.Status { return st }, Connected: func() bool { return connected }})
 	want := `
 # HELP cri_guard_node_condition Node conditions cri-guard reports: 1 while set.
 # TYPE cri_guard_node_condition gauge
@@ -169,7 +174,7 @@ cri_guard_threshold_value{kind="soft",signal="memory.available"} 4.29496736e+08
 
 	// After a reload with no soft threshold, the pressure gone and the
 	// runtime back.
-	c.SetThresholds(mustThresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}}))
+	st.Thresholds = evaluated(mustThresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}}))
 	st.Conditions = nil
 	connected = true
 	want = `
@@ -190,7 +195,7 @@ cri_guard_threshold_value{kind="hard",signal="memory.available"} 1.073741824e+09
 func TestHandler(t *testing.T) {
 	m := New()
 	m.Decided(evictor.Decision{Kind: evictor.KindRefuse, Reason: evictor.ReasonEvicted})
-	m.Registry().MustRegister(NewCollector(StateSource{Snapshot: func() evictor.Status { return evictor.Status{} }}, nil))
+	m.Registry().MustRegister(NewCollector(StateSource{Snapshot: func() evictor.Status { return evictor.Status{} }}))
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL + Path)

@@ -52,6 +52,33 @@ type Result struct {
 	// (acting or pending, as the kubelet reports it) and for the transition
 	// period after the last time one was.
 	Conditions []string
+	// States holds every threshold's state at this evaluation, in the
+	// order of the thresholds: what status and metrics show, so that they
+	// never evaluate a threshold on their own.
+	States []ThresholdState
+}
+
+// ThresholdState is one threshold as the last evaluation saw it.
+type ThresholdState struct {
+	Threshold Threshold
+	// Observed is false when the signal was not in the sample.
+	Observed bool
+	// Limit is the threshold in the observation's unit (bytes, or percent
+	// for PSI), minimum reclaim not included; LimitKnown is false when a
+	// percentage has no capacity to resolve against.
+	Limit      float64
+	LimitKnown bool
+	// Crossed: the observation is beyond the threshold itself.
+	Crossed bool
+	// Acting: the threshold acts (hard and met, soft and met past its
+	// grace period, or kept by its minimum reclaim).
+	Acting bool
+	// Pending: a soft threshold met whose grace period has not elapsed.
+	Pending bool
+	// ByMinReclaim: acting only because the minimum reclaim is not reached.
+	ByMinReclaim bool
+	// Since is when it was first observed met (zero when not met).
+	Since time.Time
 }
 
 // Evaluator applies thresholds over successive observations, keeping the
@@ -91,13 +118,19 @@ func (e *Evaluator) Thresholds() []Threshold {
 func (e *Evaluator) Evaluate(now time.Time, obs map[Signal]Observation) Result {
 	var res Result
 	anyMet := false
+	res.States = make([]ThresholdState, len(e.thresholds))
 	for i, t := range e.thresholds {
+		st := &res.States[i]
+		st.Threshold = t
 		o, found := obs[t.Signal]
 		if !found {
 			e.acting[i], e.firstObserved[i] = false, time.Time{}
 			continue
 		}
+		st.Observed = true
+		st.Limit, st.LimitKnown = t.Limit(o)
 		m, met := thresholdMet(t, o, false)
+		st.Crossed = met
 		if !met && e.acting[i] && t.MinReclaim != nil {
 			m, met = thresholdMet(t, o, true)
 			m.ByMinReclaim = met
@@ -111,11 +144,14 @@ func (e *Evaluator) Evaluate(now time.Time, obs map[Signal]Observation) Result {
 			e.firstObserved[i] = now
 		}
 		m.Since = e.firstObserved[i]
+		st.Since, st.ByMinReclaim = m.Since, m.ByMinReclaim
 		if now.Sub(e.firstObserved[i]) >= t.GracePeriod {
 			e.acting[i] = true
+			st.Acting = true
 			res.Met = append(res.Met, m)
 		} else {
 			e.acting[i] = false
+			st.Pending = true
 			res.Pending = append(res.Pending, m)
 		}
 	}

@@ -102,10 +102,19 @@ func TestTypedHelpers(t *testing.T) {
 		t.Error(err)
 	}
 	// The helpers used by the sync loop name the operation and id.
-	fake.Runtime.InjectError("StopPodSandbox", status.Error(codes.NotFound, "no such sandbox"))
-	err = c.StopPodSandbox(ctx, "gone")
-	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), `stop pod sandbox "gone"`) {
+	fake.Runtime.InjectError("StopPodSandbox", status.Error(codes.Unavailable, "restarting"))
+	err = c.StopPodSandbox(ctx, "s1")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), `stop pod sandbox "s1"`) {
 		t.Errorf("StopPodSandbox error = %v", err)
+	}
+	// A sandbox or container that is gone is stopped, as the kubelet takes it.
+	fake.Runtime.InjectError("StopPodSandbox", status.Error(codes.NotFound, "no such sandbox"))
+	if err := c.StopPodSandbox(ctx, "gone"); err != nil {
+		t.Errorf("StopPodSandbox of a gone sandbox = %v, want nil", err)
+	}
+	fake.Runtime.InjectError("StopContainer", status.Error(codes.NotFound, "no such container"))
+	if err := c.StopContainer(ctx, "gone", 1); err != nil {
+		t.Errorf("StopContainer of a gone container = %v, want nil", err)
 	}
 	// The forwarding helpers return the runtime's status unchanged.
 	fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.AlreadyExists, "name reserved"))

@@ -2,6 +2,8 @@ package runtimeproxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/sirupsen/logrus"
@@ -78,10 +80,18 @@ func (s *Subscription) Err() error { return s.err }
 // Close ends the subscription.
 func (s *Subscription) Close() { s.end(status.Error(codes.Canceled, "subscription closed")) }
 
-// Recv returns the next event, decoded, or the reason the subscription ended.
+// ErrNoEvents is what Recv's error wraps when the runtime does not implement
+// GetContainerEvents (containerd 1.6): waiting for events is then pointless.
+var ErrNoEvents = errors.New("the runtime has no container event stream")
+
+// Recv returns the next event, decoded, or the reason the subscription
+// ended (wrapping ErrNoEvents when the runtime lacks the stream).
 func (s *Subscription) Recv() (*runtimeapi.ContainerEventResponse, error) {
 	b, ok := <-s.ch
 	if !ok {
+		if status.Code(s.err) == codes.Unimplemented {
+			return nil, fmt.Errorf("%w: %w", ErrNoEvents, s.err)
+		}
 		return nil, s.err
 	}
 	ev := new(runtimeapi.ContainerEventResponse)

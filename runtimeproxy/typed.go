@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -36,16 +38,18 @@ func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.Containe
 }
 
 // StopContainer stops a container, giving it timeoutSeconds before SIGKILL.
+// A container that is gone (NotFound) is stopped: nil, as the kubelet takes it.
 func (c *Client) StopContainer(ctx context.Context, id string, timeoutSeconds int64) error {
-	if _, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeoutSeconds}); err != nil {
+	if _, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: timeoutSeconds}); err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("stop container %q: %w", id, c.mapErr(err))
 	}
 	return nil
 }
 
-// StopPodSandbox stops a sandbox and whatever still runs in it.
+// StopPodSandbox stops a sandbox and whatever still runs in it. A sandbox
+// that is gone (NotFound) is stopped: nil, as the kubelet takes it.
 func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
-	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+	if _, err := c.runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("stop pod sandbox %q: %w", id, c.mapErr(err))
 	}
 	return nil

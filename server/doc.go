@@ -10,8 +10,12 @@
 //
 // The few calls cri-guard intercepts (RunPodSandbox, StopPodSandbox,
 // RemovePodSandbox) are registered as Hooks keyed by full method name; only
-// those are decoded (see TypedHook). Errors are turned into gRPC statuses in
-// one place, ToStatus.
+// those are decoded. RunPodSandbox is one call of the sync loop's
+// operation (SandboxGuard.RunPodSandbox), which forwards through a function
+// the hook hands in; the hook only decodes, calls and returns. Errors are
+// turned into gRPC statuses in one place, ToStatus, and the runtime's
+// status codes are read only here and in runtimeproxy (maybeCreated says
+// whether a failed RunPodSandbox may have created a sandbox).
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
 //

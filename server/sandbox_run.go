@@ -5,26 +5,22 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// SandboxGuard is what the RunPodSandbox interception needs of the sync loop.
+// SandboxGuard is what the sandbox interceptions need of the sync loop.
 type SandboxGuard interface {
-	// AdmitPod decides p before the runtime sees it; an error carrying a
-	// Refusal refuses it, any other error fails the call unforwarded. When
-	// it returns nil, a pending checkpoint is on disk.
-	AdmitPod(ctx context.Context, p *pod.Pod) error
-	// SandboxCreated records the sandbox id the runtime gave p.
-	SandboxCreated(p *pod.Pod, sandboxID string)
-	// SandboxFailed is told that the runtime refused to create p.
-	SandboxFailed(p *pod.Pod, err error)
-}
-
-// SandboxObserver is told of sandboxes stopped or removed through cri-guard.
-type SandboxObserver interface {
+	// RunPodSandbox runs the whole operation for p: admission, the pending
+	// record, create (which forwards to the runtime), the settled record.
+	// An error carrying a Refusal refuses p unforwarded.
+	RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (id string, notCreated bool, err error)) (string, error)
+	// SandboxStopped and SandboxRemoved are told of sandboxes stopped or
+	// removed through cri-guard.
 	SandboxStopped(sandboxID string)
 	SandboxRemoved(sandboxID string)
 }
@@ -33,7 +29,7 @@ type SandboxObserver interface {
 // RemovePodSandbox. rules classify pods; now is cri-guard's clock (the
 // kubelet sends no creation time). The request bytes reach the runtime as
 // the kubelet sent them.
-func SandboxHooks(g SandboxGuard, o SandboxObserver, rules pod.CriticalRules, now func() time.Time) Hooks {
+func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time) Hooks {
 	if now == nil {
 		now = time.Now
 	}
@@ -47,26 +43,38 @@ func SandboxHooks(g SandboxGuard, o SandboxObserver, rules pod.CriticalRules, no
 			if err != nil {
 				return nil, fmt.Errorf("run pod sandbox: %w: %w", ErrInvalidRequest, err)
 			}
-			if err := g.AdmitPod(ctx, p); err != nil {
-				return nil, err
-			}
-			out, err := next(ctx, raw)
+			var out []byte
+			_, err = g.RunPodSandbox(ctx, p, func(ctx context.Context) (string, bool, error) {
+				b, err := next(ctx, raw)
+				if err != nil {
+					return "", !maybeCreated(err), err
+				}
+				out = b
+				var resp runtimeapi.RunPodSandboxResponse
+				// An undecodable answer is still containerd's success: the
+				// pending record is then settled by reconciliation.
+				_ = proto.Unmarshal(b, &resp)
+				return resp.GetPodSandboxId(), false, nil
+			})
 			if err != nil {
-				g.SandboxFailed(p, err)
 				return nil, err
 			}
-			var resp runtimeapi.RunPodSandboxResponse
-			if err := proto.Unmarshal(out, &resp); err != nil || resp.GetPodSandboxId() == "" {
-				// Never fail a call after the runtime succeeded: the
-				// pending record is settled by reconciliation.
-				return out, nil
-			}
-			g.SandboxCreated(p, resp.GetPodSandboxId())
 			return out, nil
 		},
-		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   sandboxIDHook(o.SandboxStopped),
-		runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: sandboxIDHook(o.SandboxRemoved),
+		runtimeapi.RuntimeService_StopPodSandbox_FullMethodName:   sandboxIDHook(g.SandboxStopped),
+		runtimeapi.RuntimeService_RemovePodSandbox_FullMethodName: sandboxIDHook(g.SandboxRemoved),
 	}
+}
+
+// maybeCreated reports whether a RunPodSandbox that failed with err may
+// still have created a sandbox: the call ended without the runtime's
+// answer (deadline, cancellation, a connection lost under the call).
+func maybeCreated(err error) bool {
+	switch status.Code(err) {
+	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+		return true
+	}
+	return false
 }
 
 // sandboxIDHook forwards a Stop/RemovePodSandbox call and, when the runtime

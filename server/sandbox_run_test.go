@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -25,20 +26,24 @@ type policyGuard struct {
 
 func (g *policyGuard) log(s string) { g.mu.Lock(); g.events = append(g.events, s); g.mu.Unlock() }
 
-func (g *policyGuard) AdmitPod(_ context.Context, p *pod.Pod) error {
+func (g *policyGuard) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(context.Context) (string, bool, error)) (string, error) {
 	g.log("admit " + p.Key())
 	if g.failAdm != nil {
-		return g.failAdm
+		return "", g.failAdm
 	}
 	if p.QOS == pod.BestEffort && !p.Critical {
-		return refusal{reason: "Evicted", msg: "The node had condition: [MemoryPressure]. "}
+		return "", refusal{reason: "Evicted", msg: "The node had condition: [MemoryPressure]. "}
 	}
-	return nil
+	id, notCreated, err := create(ctx)
+	if err != nil {
+		g.log(fmt.Sprintf("failed %s notCreated=%v", p.Key(), notCreated))
+		return "", err
+	}
+	g.log("created " + p.Key() + " " + id)
+	return id, nil
 }
-func (g *policyGuard) SandboxCreated(p *pod.Pod, id string) { g.log("created " + p.Key() + " " + id) }
-func (g *policyGuard) SandboxFailed(p *pod.Pod, _ error)    { g.log("failed " + p.Key()) }
-func (g *policyGuard) SandboxStopped(id string)             { g.log("stopped " + id) }
-func (g *policyGuard) SandboxRemoved(id string)             { g.log("removed " + id) }
+func (g *policyGuard) SandboxStopped(id string) { g.log("stopped " + id) }
+func (g *policyGuard) SandboxRemoved(id string) { g.log("removed " + id) }
 
 func (g *policyGuard) seen() []string {
 	g.mu.Lock()
@@ -58,7 +63,7 @@ func runCalls(e *env) int {
 
 func TestSandboxHooksAdmission(t *testing.T) {
 	g := &policyGuard{}
-	e := newEnv(t, SandboxHooks(g, g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+	e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
 	ctx := context.Background()
 	run := func(name, parent string, annotations map[string]string) (*runtimeapi.RunPodSandboxResponse, error) {
 		c := sandboxConfig(name)
@@ -112,7 +117,7 @@ func TestSandboxHooksErrors(t *testing.T) {
 	ctx := context.Background()
 	t.Run("no metadata is InvalidArgument", func(t *testing.T) {
 		g := &policyGuard{}
-		e := newEnv(t, SandboxHooks(g, g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+		e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
 		_, err := e.proxy.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{}})
 		if status.Code(err) != codes.InvalidArgument || runCalls(e) != 0 {
 			t.Fatalf("err = %v, backend calls %d", err, runCalls(e))
@@ -124,7 +129,7 @@ func TestSandboxHooksErrors(t *testing.T) {
 	})
 	t.Run("runtime failure is passed through and reported", func(t *testing.T) {
 		g := &policyGuard{}
-		e := newEnv(t, SandboxHooks(g, g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+		e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
 		e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.FailedPrecondition, "no network"))
 		c := sandboxConfig("bu")
 		c.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/burstable/poduid-bu"}
@@ -132,13 +137,13 @@ func TestSandboxHooksErrors(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != "no network" {
 			t.Fatalf("err = %v, want containerd's status unchanged", err)
 		}
-		if !slices.Contains(g.seen(), "failed uid-bu/0") {
+		if !slices.Contains(g.seen(), "failed uid-bu/0 notCreated=true") {
 			t.Fatalf("failure not reported: %v", g.seen())
 		}
 	})
 	t.Run("guard error fails the call unforwarded", func(t *testing.T) {
 		g := &policyGuard{failAdm: errors.New("checkpoint: disk full")}
-		e := newEnv(t, SandboxHooks(g, g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+		e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
 		c := sandboxConfig("bu")
 		_, err := e.proxy.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: c})
 		if err == nil || runCalls(e) != 0 {

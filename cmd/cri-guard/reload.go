@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"reflect"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,25 +11,6 @@ import (
 	"github.com/cri-guard/cri-guard/config"
 	"github.com/cri-guard/cri-guard/pressure"
 )
-
-// thresholdBox holds the thresholds in force for readers outside the
-// loop goroutine (status, metrics).
-type thresholdBox struct {
-	mu sync.Mutex
-	ts []pressure.Threshold
-}
-
-func (b *thresholdBox) Get() []pressure.Threshold {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ts
-}
-
-func (b *thresholdBox) Set(ts []pressure.Threshold) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.ts = slices.Clone(ts)
-}
 
 // reloader re-reads the config file on SIGHUP and applies its eviction
 // thresholds without restarting; nothing else is reloaded.

@@ -20,7 +20,6 @@ import (
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/guard"
 	"github.com/cri-guard/cri-guard/metrics"
-	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 	"github.com/cri-guard/cri-guard/runtimeproxy"
 	"github.com/cri-guard/cri-guard/server"
@@ -66,15 +65,11 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		return err
 	}
 	loop, ev, sampler := g.loop, g.ev, g.sampler
-	var thresholds thresholdBox
-	thresholds.Set(g.thresholds)
-	var collector *metrics.Collector
 	if m != nil {
-		collector = metrics.NewCollector(metrics.StateSource{
+		m.Registry().MustRegister(metrics.NewCollector(metrics.StateSource{
 			Snapshot:  ev.Snapshot,
 			Connected: func() bool { return rt.State() == connectivity.Ready },
-		}, g.thresholds)
-		m.Registry().MustRegister(collector)
+		}))
 	}
 
 	if err := restore(ctx, loop, log); err != nil {
@@ -102,14 +97,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
-			if err := loop.Do(ctx, func() { ev.SetThresholds(ts, transition) }); err != nil {
-				return err
-			}
-			thresholds.Set(ts)
-			if collector != nil {
-				collector.SetThresholds(ts)
-			}
-			return nil
+			return loop.Do(ctx, func() { ev.SetThresholds(ts, transition) })
 		}}
 	wg.Go(func() { rl.run(loopCtx, hup) })
 
@@ -131,7 +119,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		}
 		src := admin.Sources{
 			Version: version, DryRun: cfg.DryRun, Snapshot: ev.Snapshot, Pods: loop.Pods,
-			Thresholds: thresholds.Get, PodStats: sampler.Pod,
 			Runtime: func() admin.Runtime {
 				st := rt.State()
 				return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
@@ -145,7 +132,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		})
 	}
 
-	hooks := server.SandboxHooks(loop, loop, cfg.CriticalRules(), nil)
+	hooks := server.SandboxHooks(loop, cfg.CriticalRules(), nil)
 	scfg := server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout,
 		SubscribeEvents: func(ctx context.Context) server.EventSubscription { return hub.Subscribe(ctx) }}
 	if m != nil {
@@ -173,10 +160,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 
 // guardParts is what newGuard builds.
 type guardParts struct {
-	loop       *guard.Loop
-	ev         *evictor.Manager
-	sampler    *pressure.Sampler
-	thresholds []pressure.Threshold
+	loop    *guard.Loop
+	ev      *evictor.Manager
+	sampler *pressure.Sampler
 }
 
 // newGuard builds the sampler, the checkpoint store, the eviction manager
@@ -203,7 +189,6 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	if m != nil {
 		st, obs = m.InstrumentStore(store), m
 	}
-	var loop *guard.Loop
 	ev, err := evictor.New(evictor.Config{
 		Thresholds:        thresholds,
 		TransitionPeriod:  cfg.EvictionPressureTransitionPeriod.Duration,
@@ -212,17 +197,14 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		OnStatsError:      evictor.StatsErrorPolicy(cfg.OnStatsError),
 		DryRun:            cfg.DryRun,
 	}, evictor.Options{
-		Sampler: sampler,
-		Kill: func(ctx context.Context, p *pod.Pod, grace time.Duration) error {
-			return loop.KillPod(ctx, p, grace)
-		},
+		Sampler:  sampler,
 		Log:      logger.WithField("component", "evictor"),
 		Observer: obs,
 	})
 	if err != nil {
 		return guardParts{}, err
 	}
-	loop, err = guard.New(guard.Config{
+	loop, err := guard.New(guard.Config{
 		HousekeepingInterval: cfg.HousekeepingInterval.Duration,
 		EnforceRestored:      cfg.RestoredPods == "enforce",
 		Rules:                cfg.CriticalRules(),
@@ -230,7 +212,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	if err != nil {
 		return guardParts{}, err
 	}
-	return guardParts{loop: loop, ev: ev, sampler: sampler, thresholds: thresholds}, nil
+	return guardParts{loop: loop, ev: ev, sampler: sampler}, nil
 }
 
 // restore replays the checkpoints, retrying while containerd cannot be

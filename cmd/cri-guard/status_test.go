@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/config"
 	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
 )
 
@@ -83,9 +84,24 @@ func (d *testDaemon) runPod(t *testing.T, name string) {
 }
 
 func TestStatusCommand(t *testing.T) {
-	d := startDaemon(t, nil)
+	d := startDaemon(t, func(o *options) { o.Config.HousekeepingInterval = config.Duration{Duration: 100 * time.Millisecond} })
 	d.runPod(t, "web")
 	socket := d.opts.Config.AdminSocket
+	// the ranking shown is the eviction manager's, from its next pass
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := admin.Fetch(context.Background(), socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Pods) == 1 && st.Pods[0].Rank == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("web not ranked by a pass within 10s: %+v", st.Pods)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	var out, errOut bytes.Buffer
 	if code := realMain([]string{"status", "--admin", socket}, &out, &errOut); code != 0 {

@@ -1,0 +1,229 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+// nodeSampler is a sampler whose node memory.available the test sets;
+// pods have no stats (they rank by priority, then age).
+type nodeSampler struct {
+	mu        sync.Mutex
+	available int64
+}
+
+func (s *nodeSampler) set(b int64) { s.mu.Lock(); s.available = b; s.mu.Unlock() }
+
+func (s *nodeSampler) Node() (pressure.NodeSample, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return pressure.NodeSample{CapacityBytes: 4 << 30, WorkingSetBytes: 4<<30 - s.available, AvailableBytes: s.available}, nil
+}
+
+func (s *nodeSampler) Pod(string) (pressure.PodStats, error) {
+	return pressure.PodStats{}, pressure.ErrNoStats
+}
+
+// realHarness is a loop with the real eviction manager (hard threshold
+// memory.available < 1Gi) over a fake runtime, store and sampler.
+type realHarness struct {
+	loop    *Loop
+	rt      *fakeRuntime
+	store   *memStore
+	ev      *evictor.Manager
+	sampler *nodeSampler
+}
+
+func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration) *realHarness {
+	t.Helper()
+	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: 3 << 30}}
+	h.ev, err = evictor.New(evictor.Config{Thresholds: ts, TransitionPeriod: time.Minute, HardGracePeriod: time.Second},
+		evictor.Options{Sampler: h.sampler, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.loop, err = New(Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout},
+		Options{Runtime: rt, Store: store, Evictor: h.ev, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.loop.Restore(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.loop.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+func (h *realHarness) kinds() (out []evictor.Kind) {
+	for _, d := range h.ev.Snapshot().Decisions {
+		if d.Kind == evictor.KindEvict || d.Kind == evictor.KindEvictFailed {
+			out = append(out, d.Kind)
+		}
+	}
+	return out
+}
+
+// settled waits until no eviction is under way (the loop owns the flag).
+func (h *realHarness) settled(t *testing.T) {
+	t.Helper()
+	waitFor(t, func() bool {
+		var busy bool
+		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		return !busy
+	})
+}
+
+func (h *realHarness) podState(key string) pod.State {
+	for _, p := range h.loop.Pods() {
+		if p.Key() == key {
+			return p.State
+		}
+	}
+	return ""
+}
+
+// TestEvictionCountsOnlyAStop: the runtime's StopPodSandbox fails (or
+// hangs past the deadline), then succeeds. The failed pass counts a failure
+// and no eviction, arms no guard, and leaves the pod ready and ranked; the
+// next pass evicts it.
+func TestEvictionCountsOnlyAStop(t *testing.T) {
+	tests := []struct {
+		name    string
+		breakIt func(rt *fakeRuntime)
+		mend    func(rt *fakeRuntime)
+	}{
+		{"stop fails", func(rt *fakeRuntime) {
+			rt.stopErrs = []error{status.Error(codes.Unavailable, "containerd restarting")}
+		}, func(*fakeRuntime) {}},
+		{"stop hangs past the deadline", func(rt *fakeRuntime) {
+			rt.stopHang = make(chan struct{})
+		}, func(rt *fakeRuntime) {
+			rt.mu.Lock()
+			close(rt.stopHang)
+			rt.stopHang = nil
+			rt.mu.Unlock()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := newFakeRuntime()
+			rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+			tt.breakIt(rt)
+			// grace 1 s + 200 ms: the hanging stop times out
+			h := newRealHarness(t, newMemStore(), rt, 200*time.Millisecond)
+			ctx := context.Background()
+			h.sampler.set(512 << 20)
+
+			if err := h.loop.SyncOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.settled(t)
+			if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvictFailed}) {
+				t.Fatalf("decisions after the failed stop = %v, want one evict-failed", got)
+			}
+			if st := h.podState("p1/0"); st != pod.StateReady {
+				t.Fatalf("pod state after the failed stop = %q, want ready", st)
+			}
+			if r := h.ev.Snapshot().Ranked; len(r) != 1 || r[0].UID != "p1" {
+				t.Fatalf("ranked after the failed stop = %+v, want p1", r)
+			}
+			if rec, _ := h.store.get("p1/0"); !rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateReady {
+				t.Fatalf("checkpoint after the failed stop = %+v", rec)
+			}
+			// the recreation is not guarded: nothing was evicted
+			re := newPod("p1", 1, pod.Burstable, false)
+			if _, err := h.run(re); err != nil {
+				t.Fatalf("attempt 1 after a failed stop refused: %v", err)
+			}
+
+			tt.mend(rt)
+			if err := h.loop.SyncOnce(ctx); err != nil {
+				t.Fatal(err)
+			}
+			h.settled(t)
+			if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvictFailed, evictor.KindEvict}) {
+				t.Fatalf("decisions after the second pass = %v, want evict-failed then evict", got)
+			}
+			if rec, _ := h.store.get("p1/0"); rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
+				t.Fatalf("checkpoint after the eviction = %+v, want stopped with EvictedAt", rec)
+			}
+			if n := strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1"); n != 2 {
+				t.Fatalf("StopPodSandbox s1 calls = %d, want 2: %v", n, rt.Calls())
+			}
+		})
+	}
+}
+
+func (h *realHarness) run(p *pod.Pod) (string, error) {
+	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+		id := "sb-" + p.Key()
+		h.rt.addSandbox(id, p.UID, p.Attempt, true, time.Now())
+		return id, false, nil
+	})
+}
+
+// TestRemoveDuringEviction: RemovePodSandbox arrives while the sandbox's
+// eviction is under way. Afterwards no record of it exists, in memory or in
+// the store, also after a restart on the same store.
+func TestRemoveDuringEviction(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.stopHang = make(chan struct{})
+	store := newMemStore()
+	h := newRealHarness(t, store, rt, 10*time.Second)
+	h.sampler.set(512 << 20)
+	if err := h.loop.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// the stop is under way (hanging); the kubelet removes the sandbox
+	waitFor(t, func() bool {
+		var busy bool
+		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		return busy
+	})
+	rt.mu.Lock()
+	delete(rt.sandboxes, "s1")
+	rt.mu.Unlock()
+	h.loop.SandboxRemoved("s1")
+	rt.mu.Lock()
+	close(rt.stopHang)
+	rt.stopHang = nil
+	rt.mu.Unlock()
+	h.settled(t)
+
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want the eviction counted once", got)
+	}
+	if _, ok := store.get("p1/0"); ok {
+		t.Fatal("the removed sandbox's record is back in the store")
+	}
+	if st := h.podState("p1/0"); st != "" {
+		t.Fatalf("the removed sandbox is still known, state %q", st)
+	}
+	// restart on the same store and runtime
+	h2 := newRealHarness(t, store, rt, 10*time.Second)
+	if n := len(h2.loop.Pods()); n != 0 {
+		t.Fatalf("pods after restart = %d, want 0", n)
+	}
+	if recs, _ := store.List(); len(recs) != 0 {
+		t.Fatalf("records after restart = %+v, want none", recs)
+	}
+}
