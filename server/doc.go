@@ -10,7 +10,7 @@
 //
 // The few calls cri-guard intercepts (RunPodSandbox, StopPodSandbox,
 // RemovePodSandbox) are registered as Hooks keyed by full method name; only
-// those are decoded (see TypedHook). Errors are turned into gRPC statuses in
+// those are decoded, by the hook itself. Errors are turned into gRPC statuses in
 // one place, ToStatus.
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
