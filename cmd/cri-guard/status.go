@@ -28,7 +28,7 @@ const statusDecisions = 20
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("admin", config.Default().AdminSocket, "cri-guard's admin socket (adminSocket in the config)")
+	path := fs.String("admin", config.DefaultAdminSocket, "cri-guard's admin socket (adminSocket in the config)")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: cri-guard status [--admin PATH] [--json]\n")
