@@ -114,7 +114,8 @@ func Default() Config {
 }
 
 // Load reads the YAML file at path over the defaults and validates the result.
-// A missing key keeps its default; an unknown key or a bad value is an error.
+// A missing key keeps its default; an unknown key, a key given twice or a
+// bad value is an error.
 func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
