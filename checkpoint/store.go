@@ -27,23 +27,15 @@ const lockStripes = 64
 type Store struct {
 	dir   string
 	log   *logrus.Entry
-	now   func() time.Time
+	now   func() time.Time // Record.Written and quarantine names; tests fix it
 	seed  maphash.Seed
 	locks [lockStripes]sync.Mutex
-}
-
-// Option sets an optional Store setting.
-type Option func(*Store)
-
-// WithClock sets the clock used for Record.Written and quarantine names.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
 }
 
 // New opens (creating with mode 0700 if needed) the checkpoint directory dir
 // and removes temp files left by interrupted writes. log receives one line
 // per quarantined or removed file.
-func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
+func New(dir string, log *logrus.Entry) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("checkpoint store: empty directory")
 	}
@@ -51,9 +43,6 @@ func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed()}
-	for _, o := range opts {
-		o(s)
-	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint dir %q: %w", dir, err)
 	}
@@ -146,21 +135,6 @@ func syncDir(dir string) error {
 		return err
 	}
 	return d.Close()
-}
-
-// Get returns the record for a pod key ("<uid>/<attempt>"). It fails with
-// ErrNotFound when there is none, and with ErrCorrupt when the file cannot be
-// trusted; that file is then quarantined.
-func (s *Store) Get(key string) (Record, error) {
-	name, err := keyFileName(key)
-	if err != nil {
-		return Record{}, fmt.Errorf("get checkpoint: %w", err)
-	}
-	r, err := s.load(name)
-	if err != nil {
-		return Record{}, fmt.Errorf("get checkpoint %q: %w", key, err)
-	}
-	return r, nil
 }
 
 // load reads and verifies one file. A bad file is re-read under its lock

@@ -23,12 +23,22 @@ var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 func newStore(t testing.TB) (*Store, *logtest.Hook) {
 	t.Helper()
 	logger, hook := logtest.NewNullLogger()
-	s, err := New(filepath.Join(t.TempDir(), "checkpoints"), logger.WithField("component", "checkpoint"),
-		WithClock(func() time.Time { return t0 }))
+	s, err := New(filepath.Join(t.TempDir(), "checkpoints"), logger.WithField("component", "checkpoint"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.now = func() time.Time { return t0 }
 	return s, hook
+}
+
+// list returns the store's records, failing the test on an error.
+func list(t *testing.T, s *Store) []Record {
+	t.Helper()
+	rs, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }
 
 func testRecord(uid string, attempt uint32, created time.Time) Record {
@@ -51,13 +61,9 @@ func TestRoundTrip(t *testing.T) {
 	if err := s.Put(r); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get(r.Pod.Key())
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.Written = t0
-	if !reflect.DeepEqual(got, r) {
-		t.Errorf("Get = %+v\nwant  %+v", got, r)
+	if got := list(t, s); len(got) != 1 || !reflect.DeepEqual(got[0], r) {
+		t.Errorf("List = %+v\nwant  [%+v]", got, r)
 	}
 	info, err := os.Stat(filepath.Join(s.Dir(), "0e760759-7576-4c0b-89d0-bf5c9539026e_3.json"))
 	if err != nil {
@@ -71,14 +77,14 @@ func TestRoundTrip(t *testing.T) {
 	if err := s.Put(r); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(r.Pod.Key()); got.State != pod.StateStopped || got.SandboxID != "sb-new" {
-		t.Errorf("after overwrite Get = %+v", got)
+	if got := list(t, s); len(got) != 1 || got[0].State != pod.StateStopped || got[0].SandboxID != "sb-new" {
+		t.Errorf("after overwrite List = %+v", got)
 	}
 	if err := s.Delete(r.Pod.Key()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get(r.Pod.Key()); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+	if got := list(t, s); len(got) != 0 {
+		t.Errorf("List after Delete = %+v, want none", got)
 	}
 	if err := s.Delete(r.Pod.Key()); err != nil {
 		t.Errorf("second Delete: %v", err)
@@ -99,10 +105,7 @@ func TestInvalidKeys(t *testing.T) {
 		})
 	}
 	for _, key := range []string{"", "nokey", "u/x", "u/-1", "u/4294967296", "../x/1", "/1"} {
-		t.Run(fmt.Sprintf("get %q", key), func(t *testing.T) {
-			if _, err := s.Get(key); !errors.Is(err, ErrInvalidKey) {
-				t.Errorf("Get(%q) = %v, want ErrInvalidKey", key, err)
-			}
+		t.Run(fmt.Sprintf("delete %q", key), func(t *testing.T) {
 			if err := s.Delete(key); !errors.Is(err, ErrInvalidKey) {
 				t.Errorf("Delete(%q) = %v, want ErrInvalidKey", key, err)
 			}
@@ -141,7 +144,7 @@ var corruptions = []struct {
 	}},
 }
 
-func TestCorruptGet(t *testing.T) {
+func TestCorruptFileQuarantined(t *testing.T) {
 	for _, c := range corruptions {
 		t.Run(c.name, func(t *testing.T) {
 			s, hook := newStore(t)
@@ -157,8 +160,8 @@ func TestCorruptGet(t *testing.T) {
 			if err := os.WriteFile(path, c.mangle(t, good), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Get(r.Pod.Key()); !errors.Is(err, ErrCorrupt) {
-				t.Fatalf("Get = %v, want ErrCorrupt", err)
+			if got := list(t, s); len(got) != 0 {
+				t.Fatalf("List = %+v, want the corrupt record left out", got)
 			}
 			if _, err := os.Stat(path); !os.IsNotExist(err) {
 				t.Errorf("corrupt file still in place: %v", err)
@@ -170,8 +173,11 @@ func TestCorruptGet(t *testing.T) {
 			if e := hook.LastEntry(); e == nil || e.Level != logrus.WarnLevel || e.Data["path"] != path {
 				t.Errorf("no quarantine log line: %+v", e)
 			}
-			if _, err := s.Get(r.Pod.Key()); !errors.Is(err, ErrNotFound) {
-				t.Errorf("second Get = %v, want ErrNotFound", err)
+			if got := list(t, s); len(got) != 0 {
+				t.Errorf("second List = %+v, want none", got)
+			}
+			if q, _ := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_1.json.*")); len(q) != 1 {
+				t.Errorf("after a second List quarantine holds %v, want one file", q)
 			}
 		})
 	}
@@ -268,10 +274,6 @@ func TestConcurrentWriters(t *testing.T) {
 						return
 					}
 				}
-				if _, err := s.Get("shared/0"); err != nil {
-					t.Error(err)
-					return
-				}
 				if _, err := s.List(); err != nil {
 					t.Error(err)
 					return
@@ -305,8 +307,8 @@ func TestQuarantineKeepsEarlierFiles(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Get("u1/0"); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("Get #%d = %v, want ErrCorrupt", i, err)
+		if got := list(t, s); len(got) != 0 {
+			t.Fatalf("List #%d = %+v, want the corrupt record left out", i, got)
 		}
 	}
 	q, err := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_0.json.*"))

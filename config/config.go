@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // Duration is a time.Duration written as a Go duration string ("10s", "5m")
@@ -74,30 +76,46 @@ type Config struct {
 	Log            Log      `json:"log"`
 }
 
+// The defaults that other code needs on its own (the status command's
+// --admin, cri-guard-bench's --runtime-endpoint, the sampler's roots):
+// Default is built from them, and they are the only definition.
+const (
+	DefaultListen               = "/run/cri-guard/cri-guard.sock"
+	DefaultRuntimeEndpoint      = "/run/containerd/containerd.sock"
+	DefaultStateDir             = "/var/lib/cri-guard"
+	DefaultCgroupRoot           = pressure.DefaultCgroupRoot
+	DefaultProcRoot             = pressure.DefaultProcRoot
+	DefaultHousekeepingInterval = 10 * time.Second
+	DefaultPSITrigger           = "some 100000 2000000"
+	DefaultMetricsAddress       = "127.0.0.1:9713"
+	DefaultAdminSocket          = "/run/cri-guard/admin.sock"
+)
+
 // Default returns the configuration cri-guard runs with when no file is given.
 func Default() Config {
 	return Config{
-		Listen:                           "/run/cri-guard/cri-guard.sock",
-		RuntimeEndpoint:                  "/run/containerd/containerd.sock",
-		StateDir:                         "/var/lib/cri-guard",
-		CgroupRoot:                       "/sys/fs/cgroup",
-		ProcRoot:                         "/proc",
-		HousekeepingInterval:             Duration{10 * time.Second},
+		Listen:                           DefaultListen,
+		RuntimeEndpoint:                  DefaultRuntimeEndpoint,
+		StateDir:                         DefaultStateDir,
+		CgroupRoot:                       DefaultCgroupRoot,
+		ProcRoot:                         DefaultProcRoot,
+		HousekeepingInterval:             Duration{DefaultHousekeepingInterval},
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
 		EvictionPressureTransitionPeriod: Duration{5 * time.Minute},
 		EvictionMaxPodGracePeriod:        Duration{30 * time.Second},
-		PSITrigger:                       "some 100000 2000000",
+		PSITrigger:                       DefaultPSITrigger,
 		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
 		OnStatsError:                     "admit",
 		RestoredPods:                     "enforce",
-		MetricsAddress:                   "127.0.0.1:9713",
-		AdminSocket:                      "/run/cri-guard/admin.sock",
+		MetricsAddress:                   DefaultMetricsAddress,
+		AdminSocket:                      DefaultAdminSocket,
 		Log:                              Log{Level: "info", Format: "text"},
 	}
 }
 
 // Load reads the YAML file at path over the defaults and validates the result.
-// A missing key keeps its default; an unknown key or a bad value is an error.
+// A missing key keeps its default; an unknown key, a key given twice or a
+// bad value is an error.
 func Load(path string) (Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -63,6 +63,11 @@ log: {level: debug, format: json}
 		}},
 		{name: "interval too short", yaml: "housekeepingInterval: 1ms\n", wantErr: []string{"housekeepingInterval: must be at least 100ms"}},
 		{name: "not yaml", yaml: "listen: [\n", wantErr: []string{"decode"}},
+		{name: "duplicate key", yaml: "listen: /a\nlisten: /b\n", wantErr: []string{`decode: yaml: unmarshal errors: line 2: key "listen" already set in map`}},
+		{name: "duplicate nested key", yaml: "critical: {rules: modern, rules: seed}\n", wantErr: []string{`key "rules" already set in map`}},
+		{name: "duplicate keys, all reported", yaml: "listen: /a\nlisten: /b\ndryRun: true\ndryRun: false\n",
+			wantErr: []string{`line 2: key "listen" already set in map; line 4: key "dryRun" already set in map`}},
+		{name: "duplicate threshold", yaml: "evictionHard: {memory.available: 1Gi, memory.available: 2Gi}\n", wantErr: []string{`key "memory.available" already set in map`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

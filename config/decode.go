@@ -11,11 +11,25 @@ import (
 )
 
 // decode reads YAML into dst field by field, so that every error, unknown
-// keys included, names the field's full path ("critical.rules").
+// keys included, names the field's full path ("critical.rules"), and every
+// problem in the file is reported at once.
+//
+// sigs.k8s.io/yaml's UnmarshalStrict (encoding/json with
+// DisallowUnknownFields on the YAMLToJSON output) cannot do this, checked
+// with Go 1.26 and sigs.k8s.io/yaml v1.6.0:
+//   - an unknown nested key loses its path: "critical: {rule: modern}" gives
+//     `json: unknown field "rule"`, not "critical.rule: unknown field";
+//   - an error from a field's own UnmarshalJSON loses the field's name:
+//     "housekeepingInterval: fast" gives only `bad duration "fast": ...`;
+//   - decoding stops at the first problem, where check-config lists them all.
+//
+// What the library does that this decoder needs is used: the YAML to JSON
+// conversion, strict, so that a key given twice is an error (line and key
+// named) rather than the last one silently winning.
 func decode(b []byte, dst *Config) error {
-	j, err := yaml.YAMLToJSON(b)
+	j, err := yaml.YAMLToJSONStrict(b)
 	if err != nil {
-		return fmt.Errorf("decode: %w", err)
+		return fmt.Errorf("decode: %s", yamlError(err))
 	}
 	if errs := decodeValue("", j, reflect.ValueOf(dst).Elem()); len(errs) > 0 {
 		return errs
@@ -83,4 +97,22 @@ func asTypeError(err error, target **json.UnmarshalTypeError) bool {
 		*target = te
 	}
 	return ok
+}
+
+// yamlError is the YAML library's message on one line, without the
+// conversion's prefix: "yaml: unmarshal errors: line 2: key "listen" already
+// set in map; line 3: ...".
+func yamlError(err error) string {
+	var b strings.Builder
+	for i, l := range strings.Split(strings.TrimPrefix(err.Error(), "error converting YAML to JSON: "), "\n") {
+		if i > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(strings.TrimSpace(l))
+	}
+	return b.String()
 }

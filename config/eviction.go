@@ -38,7 +38,7 @@ func (c Config) validateEviction() []error {
 		errs = append(errs, fmt.Errorf("critical: %w", err))
 	}
 	if c.PSITrigger != "" {
-		if _, err := pressure.NewTrigger("", c.PSITrigger); err != nil {
+		if _, err := pressure.ParseTriggerSpec(c.PSITrigger); err != nil {
 			errs = append(errs, fmt.Errorf("psiTrigger: %w", err))
 		}
 	}

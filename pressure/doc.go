@@ -61,8 +61,11 @@
 // # Triggers
 //
 // A Trigger (NewTrigger(path, "some 150000 2000000")) arms a PSI trigger and
-// calls back each time the kernel signals it; Run ends on context
+// calls back each time the kernel signals it. Only a file on procfs or
+// cgroup2 takes a trigger: any other (a fake tree under --proc-root) is
+// refused with ErrNotPressureFile, by NewTrigger and again by Run on the
+// opened file, and nothing is written to it. Run ends on context
 // cancellation (nil), cgroup removal (ErrCgroupGone) or a trigger the kernel
 // refuses (ErrTriggerRejected: without CAP_SYS_RESOURCE, windows must be
-// multiples of 2 s).
+// multiples of 2 s). ParseTriggerSpec checks a spec alone (config validation).
 package pressure

@@ -104,6 +104,13 @@ type layout struct {
 	unifiedDir    string // mount point of cgroup2, "" if none
 }
 
+// Where the host's cgroup filesystems and proc are mounted; a SamplerConfig
+// root left empty means these.
+const (
+	DefaultCgroupRoot = "/sys/fs/cgroup"
+	DefaultProcRoot   = "/proc"
+)
+
 // Sampler reads node and pod memory stats. It is safe for concurrent use;
 // reads are serialised so that one buffer serves them all.
 type Sampler struct {
@@ -126,10 +133,10 @@ type Sampler struct {
 // meminfo can be read.
 func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	if cfg.CgroupRoot == "" {
-		cfg.CgroupRoot = "/sys/fs/cgroup"
+		cfg.CgroupRoot = DefaultCgroupRoot
 	}
 	if cfg.ProcRoot == "" {
-		cfg.ProcRoot = "/proc"
+		cfg.ProcRoot = DefaultProcRoot
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -20,6 +20,13 @@ var ErrCgroupGone = errors.New("cgroup removed")
 // process without CAP_SYS_RESOURCE, or a window outside 500 ms–10 s.
 var ErrTriggerRejected = errors.New("psi trigger rejected by the kernel")
 
+// ErrNotPressureFile is returned by NewTrigger and Run when the trigger's
+// path is not on procfs or cgroup2, the only filesystems whose pressure
+// files take triggers (cgroup v1 has no memory.pressure): a --proc-root or
+// --cgroup-root that points at a copy on disk, for example. Nothing is
+// written to such a file.
+var ErrNotPressureFile = errors.New("not a kernel pressure file (want procfs or cgroup2)")
+
 // Trigger is a PSI trigger on one pressure file (/proc/pressure/memory or a
 // cgroup's memory.pressure).
 type Trigger struct {
@@ -27,26 +34,67 @@ type Trigger struct {
 	spec string
 }
 
-// NewTrigger checks spec ("some 150000 2000000": kind, stall µs, window µs)
-// and returns a trigger for the pressure file at path. It does not touch the
-// file; Run arms it.
-func NewTrigger(path, spec string) (*Trigger, error) {
+// ParseTriggerSpec checks a trigger spec ("some 150000 2000000": kind, stall
+// µs, window µs) and returns it with single spaces.
+func ParseTriggerSpec(spec string) (string, error) {
 	f := strings.Fields(spec)
 	if len(f) != 3 || (f[0] != "some" && f[0] != "full") {
-		return nil, fmt.Errorf("psi trigger %q: want \"some|full <stall µs> <window µs>\"", spec)
+		return "", fmt.Errorf("psi trigger %q: want \"some|full <stall µs> <window µs>\"", spec)
 	}
 	stall, err1 := strconv.ParseUint(f[1], 10, 32)
 	window, err2 := strconv.ParseUint(f[2], 10, 32)
 	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("psi trigger %q: stall and window must be integers (µs)", spec)
+		return "", fmt.Errorf("psi trigger %q: stall and window must be integers (µs)", spec)
 	}
 	if window < 500000 || window > 10000000 {
-		return nil, fmt.Errorf("psi trigger %q: window must be 500000–10000000 µs", spec)
+		return "", fmt.Errorf("psi trigger %q: window must be 500000–10000000 µs", spec)
 	}
 	if stall == 0 || stall > window {
-		return nil, fmt.Errorf("psi trigger %q: stall must be in (0, window]", spec)
+		return "", fmt.Errorf("psi trigger %q: stall must be in (0, window]", spec)
 	}
-	return &Trigger{path: path, spec: strings.Join(f, " ")}, nil
+	return strings.Join(f, " "), nil
+}
+
+// NewTrigger checks spec (see ParseTriggerSpec) and that path is on procfs
+// or cgroup2 (else ErrNotPressureFile; a missing path is fs.ErrNotExist),
+// and returns a trigger for that pressure file. It writes nothing; Run arms
+// it.
+func NewTrigger(path, spec string) (*Trigger, error) {
+	spec, err := ParseTriggerSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return nil, fmt.Errorf("psi trigger %q: statfs: %w", path, err)
+	}
+	if err := checkPressureFS(path, &st); err != nil {
+		return nil, err
+	}
+	return &Trigger{path: path, spec: spec}, nil
+}
+
+// checkPressureFS refuses a file that is not on procfs or cgroup2: writing
+// a trigger spec to anything else would overwrite it.
+func checkPressureFS(path string, st *unix.Statfs_t) error {
+	switch int64(st.Type) {
+	case unix.PROC_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC:
+		return nil
+	}
+	return fmt.Errorf("psi trigger %q: %w: filesystem type %s", path, ErrNotPressureFile, fsTypeName(int64(st.Type)))
+}
+
+// fsTypeName names the filesystems a misdirected root is likely to be on.
+func fsTypeName(magic int64) string {
+	names := map[int64]string{
+		unix.CGROUP_SUPER_MAGIC: "cgroup (v1)", unix.TMPFS_MAGIC: "tmpfs", unix.EXT4_SUPER_MAGIC: "ext4",
+		unix.XFS_SUPER_MAGIC: "xfs", unix.BTRFS_SUPER_MAGIC: "btrfs", unix.OVERLAYFS_SUPER_MAGIC: "overlay",
+		unix.SYSFS_MAGIC: "sysfs", unix.NFS_SUPER_MAGIC: "nfs",
+	}
+	if n, ok := names[magic]; ok {
+		return fmt.Sprintf("%s (%#x)", n, magic)
+	}
+	return fmt.Sprintf("%#x", magic)
 }
 
 // String returns "path: spec".
@@ -55,14 +103,24 @@ func (t *Trigger) String() string { return t.path + ": " + t.spec }
 // Run arms the trigger and calls fire each time the kernel signals it (at
 // most once per window), until ctx is cancelled (returns nil), the cgroup is
 // removed (ErrCgroupGone), the kernel refuses the trigger
-// (ErrTriggerRejected, not retried) or another error occurs. fire runs on
-// Run's goroutine and should not block long.
+// (ErrTriggerRejected, not retried), the path is no longer a pressure file
+// (ErrNotPressureFile: checked again on the opened file, nothing is written)
+// or another error occurs. fire runs on Run's goroutine and should not block
+// long.
 func (t *Trigger) Run(ctx context.Context, fire func()) error {
 	fd, err := unix.Open(t.path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("arm psi trigger %q: open: %w", t.path, err)
 	}
 	defer unix.Close(fd)
+	// NewTrigger checked the path; the file opened may have replaced it since.
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return fmt.Errorf("arm psi trigger %q: fstatfs: %w", t.path, err)
+	}
+	if err := checkPressureFS(t.path, &st); err != nil {
+		return err
+	}
 	// The kernel parses the buffer as a C string: send the terminating NUL.
 	if _, err := unix.Write(fd, append([]byte(t.spec), 0)); err != nil {
 		if errors.Is(err, unix.EINVAL) {

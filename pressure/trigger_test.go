@@ -6,11 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
-func TestNewTrigger(t *testing.T) {
+func TestParseTriggerSpec(t *testing.T) {
 	tests := []struct {
 		spec    string
 		wantErr bool
@@ -27,21 +28,56 @@ func TestNewTrigger(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.spec, func(t *testing.T) {
-			_, err := NewTrigger("/proc/pressure/memory", tc.spec)
+			_, err := ParseTriggerSpec(tc.spec)
 			if (err != nil) != tc.wantErr {
-				t.Errorf("NewTrigger(%q) error %v, want error %v", tc.spec, err, tc.wantErr)
+				t.Errorf("ParseTriggerSpec(%q) error %v, want error %v", tc.spec, err, tc.wantErr)
 			}
 		})
 	}
 }
 
 func TestTriggerMissingFile(t *testing.T) {
-	tr, err := NewTrigger(filepath.Join(t.TempDir(), "memory.pressure"), "some 150000 2000000")
-	if err != nil {
+	if _, err := NewTrigger(filepath.Join(t.TempDir(), "memory.pressure"), "some 150000 2000000"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("NewTrigger on a missing file = %v, want not-exist", err)
+	}
+}
+
+// TestTriggerRefusesRegularFile: a pressure file copied to disk (a
+// --proc-root or --cgroup-root pointing at a fake tree) is refused, by
+// NewTrigger and by Run, and its content is left as it was.
+func TestTriggerRefusesRegularFile(t *testing.T) {
+	const content = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+	p := filepath.Join(t.TempDir(), "memory.pressure")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Run(context.Background(), func() {}); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Run on a missing file = %v, want not-exist", err)
+	_, err := NewTrigger(p, "some 150000 2000000")
+	if !errors.Is(err, ErrNotPressureFile) || !strings.Contains(err.Error(), p) {
+		t.Errorf("NewTrigger on a regular file = %v, want ErrNotPressureFile naming the path", err)
+	}
+	// Run checks the opened file again (the path may have changed since
+	// NewTrigger): a trigger built for it must not write either.
+	tr := &Trigger{path: p, spec: "some 150000 2000000"}
+	if err := tr.Run(context.Background(), func() {}); !errors.Is(err, ErrNotPressureFile) {
+		t.Errorf("Run on a regular file = %v, want ErrNotPressureFile", err)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != content {
+		t.Errorf("file after refused trigger = %q, %v; want it unchanged", got, err)
+	}
+}
+
+// TestTriggerAcceptsKernelPressureFiles: the node's pressure file (procfs)
+// and a root cgroup's memory.pressure (cgroup2) are accepted.
+func TestTriggerAcceptsKernelPressureFiles(t *testing.T) {
+	for _, p := range []string{"/proc/pressure/memory", "/sys/fs/cgroup/memory.pressure", "/sys/fs/cgroup/unified/memory.pressure"} {
+		t.Run(p, func(t *testing.T) {
+			if _, err := os.Stat(p); err != nil {
+				t.Skipf("no %s on this host (no PSI, or no cgroup2 there): %v", p, err)
+			}
+			if _, err := NewTrigger(p, "some 150000 2000000"); err != nil {
+				t.Errorf("NewTrigger(%s) = %v", p, err)
+			}
+		})
 	}
 }
 

@@ -194,12 +194,6 @@ func (c *Client) mapErr(err error) error {
 	return status.Errorf(codes.Unavailable, "runtime endpoint %s unavailable: %s", c.endpoint, st.Message())
 }
 
-// IsUnavailable reports whether err is a gRPC Unavailable (the runtime could
-// not be reached or said it is not serving).
-func IsUnavailable(err error) bool {
-	return status.Code(err) == codes.Unavailable
-}
-
 // transportFailure reports whether an Unavailable message is gRPC's own for a
 // connection that broke under a call (the runtime went away while the
 // connection still looked ready), not a status the runtime sent.

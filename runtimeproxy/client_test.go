@@ -11,7 +11,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	apitest "k8s.io/cri-api/pkg/apis/testing"
 
@@ -121,26 +120,6 @@ func TestTypedHelpers(t *testing.T) {
 	_, err = c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if status.Code(err) != codes.AlreadyExists || err.Error() != status.Error(codes.AlreadyExists, "name reserved").Error() {
 		t.Errorf("RunPodSandbox error = %v", err)
-	}
-}
-
-func TestContainerEvents(t *testing.T) {
-	fake, c := newTestClient(t)
-	ctx, cancel := context.WithCancel(testCtx(t))
-	defer cancel()
-	s, err := c.GetContainerEvents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &runtimeapi.ContainerEventResponse{ContainerId: "c9", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT}
-	fake.Events <- want
-	got, err := s.Recv()
-	if err != nil || !proto.Equal(got, want) {
-		t.Fatalf("Recv = %v, %v", got, err)
-	}
-	fake.Stop()
-	if _, err := s.Recv(); status.Code(err) != codes.Unavailable {
-		t.Errorf("after runtime stop: %v, want Unavailable", err)
 	}
 }
 

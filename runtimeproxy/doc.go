@@ -12,9 +12,12 @@
 //     request and response bytes are never decoded. The server package uses it
 //     for every CRI method it does not intercept.
 //   - typed helpers for the few calls cri-guard itself makes (ListPodSandbox,
-//     PodSandboxStatus, ListContainers, StopContainer, StopPodSandbox,
-//     GetContainerEvents) and for the intercepted ones it forwards after
-//     decoding (RunPodSandbox, RemovePodSandbox).
+//     PodSandboxStatus, ListContainers, StopContainer, StopPodSandbox) and for
+//     the intercepted ones it forwards after decoding (RunPodSandbox,
+//     RemovePodSandbox).
+//
+// Container events come through an EventHub: one runtime stream shared by
+// every subscriber (containerd 1.7 gives each event to one stream only).
 //
 // Message size limits match containerd's and the kubelet's: 16 MiB each way
 // (DefaultMaxMsgSize).

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
@@ -69,5 +70,24 @@ func TestHubBroadcast(t *testing.T) {
 	a.Close()
 	if n := hub.Subscribers(); n != 1 {
 		t.Fatalf("subscribers after Close = %d, want 1", n)
+	}
+}
+
+// TestHubRuntimeStopIsUnavailable: an event arrives decoded; when the runtime
+// goes away the subscription ends with Unavailable.
+func TestHubRuntimeStopIsUnavailable(t *testing.T) {
+	hub, fake := newHub(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := hub.Subscribe(ctx)
+	want := &runtimeapi.ContainerEventResponse{ContainerId: "c9", ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT}
+	fake.Events <- want
+	got, err := s.Recv()
+	if err != nil || !proto.Equal(got, want) {
+		t.Fatalf("Recv = %v, %v", got, err)
+	}
+	fake.Stop()
+	if _, err := s.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("after runtime stop: %v, want Unavailable", err)
 	}
 }

@@ -55,36 +55,6 @@ func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
-// ContainerEvents is an open GetContainerEvents stream.
-type ContainerEvents interface {
-	// Recv blocks for the next event; it returns an error when the stream
-	// ends (the runtime restarted, ctx was cancelled).
-	Recv() (*runtimeapi.ContainerEventResponse, error)
-}
-
-// GetContainerEvents opens the runtime's container event stream. Cancel ctx to
-// close it.
-func (c *Client) GetContainerEvents(ctx context.Context) (ContainerEvents, error) {
-	s, err := c.runtime.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("get container events: %w", c.mapErr(err))
-	}
-	return &eventStream{s: s, c: c}, nil
-}
-
-type eventStream struct {
-	s runtimeapi.RuntimeService_GetContainerEventsClient
-	c *Client
-}
-
-func (e *eventStream) Recv() (*runtimeapi.ContainerEventResponse, error) {
-	ev, err := e.s.Recv()
-	if err != nil {
-		return nil, e.c.mapErr(err)
-	}
-	return ev, nil
-}
-
 // RunPodSandbox forwards a decoded RunPodSandbox request. Unlike the helpers
 // above, its error is the runtime's status unchanged (only transport failures
 // are rewritten to name the endpoint): it goes back to the kubelet as is.

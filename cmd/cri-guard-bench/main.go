@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/config"
 )
 
 // benchOptions are the command-line settings.
@@ -43,7 +45,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	o := benchOptions{}
 	fs := flag.NewFlagSet("cri-guard-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", "/run/containerd/containerd.sock", "containerd's CRI socket")
+	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", config.DefaultRuntimeEndpoint, "containerd's CRI socket")
 	fs.StringVar(&o.ProxyEndpoint, "proxy-endpoint", "", "socket of a running cri-guard (default: start one)")
 	fs.IntVar(&o.ProxyPID, "proxy-pid", 0, "pid of the running cri-guard given by --proxy-endpoint, for CPU and memory")
 	fs.StringVar(&o.Binary, "cri-guard-binary", "", "cri-guard binary to run as a child process (default: this binary as serve-core, the proxy core alone)")

@@ -123,7 +123,7 @@ func firingHardThresholds(cfg config.Config) ([]string, error) {
 	var out []string
 	for _, m := range res.Met {
 		out = append(out, fmt.Sprintf("evictionHard[%s]: %s would fire now: %s is %s",
-			m.Threshold.Signal, m.Threshold.Value, m.Threshold.Signal, observedText(m.Observed)))
+			m.Threshold.Signal, m.Threshold.Value, m.Threshold.Signal, m.Observed))
 	}
 	slices.Sort(out)
 	return out, nil

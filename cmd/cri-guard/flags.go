@@ -7,10 +7,8 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/server"
 )
-
-// defaultShutdownTimeout bounds the graceful stop.
-const defaultShutdownTimeout = 10 * time.Second
 
 // options is the daemon's effective configuration: the config file (or the
 // defaults) with the flags that were given applied on top.
@@ -26,7 +24,7 @@ type options struct {
 }
 
 func defaultOptions() options {
-	return options{Config: config.Default(), ShutdownTimeout: defaultShutdownTimeout}
+	return options{Config: config.Default(), ShutdownTimeout: server.DefaultShutdownTimeout}
 }
 
 // flagValues holds the raw flag values; only flags that were set override

@@ -28,7 +28,7 @@ const statusDecisions = 20
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	path := fs.String("admin", config.Default().AdminSocket, "cri-guard's admin socket (adminSocket in the config)")
+	path := fs.String("admin", config.DefaultAdminSocket, "cri-guard's admin socket (adminSocket in the config)")
 	asJSON := fs.Bool("json", false, "print the status document as JSON")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: cri-guard status [--admin PATH] [--json]\n")
@@ -173,7 +173,12 @@ func thresholdsText(s admin.Signal) string {
 	return orDash(strings.Join(parts, ", "))
 }
 
-// humanBytes renders a byte count with a binary unit: 20Gi, 1.5Mi, 512.
+// humanBytes renders a byte count for people, rounded to one decimal with a
+// binary unit: 20Gi, 1.5Mi, 512. It is the one rounding byte formatter; it is
+// not resource.Quantity because Quantity is exact and does not round
+// (1288486912 is "1258288Ki", 1.5Gi is "1536Mi"): too wide for a table
+// column. Messages about thresholds and observations use Quantity
+// (pressure.Observation.String), as the kubelet does.
 func humanBytes(b int64) string {
 	units := []string{"Ki", "Mi", "Gi", "Ti", "Pi"}
 	neg := b < 0
@@ -193,14 +198,6 @@ func humanBytes(b int64) string {
 		s = "-" + s
 	}
 	return s
-}
-
-// observedText renders an observation for messages: bytes with humanBytes.
-func observedText(o pressure.Observation) string {
-	if o.Signal.IsPSI() {
-		return o.String()
-	}
-	return humanBytes(o.Available)
 }
 
 func orDash(s string) string {
