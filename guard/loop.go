@@ -101,7 +101,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		return nil, errors.New("new sync loop: runtime, store and evictor are required")
 	}
 	if cfg.HousekeepingInterval <= 0 {
-		cfg.HousekeepingInterval = 10 * time.Second
+		return nil, errors.New("new sync loop: housekeeping interval must be positive")
 	}
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 30 * time.Second

@@ -12,9 +12,10 @@
 //     request and response bytes are never decoded. The server package uses it
 //     for every CRI method it does not intercept.
 //   - typed helpers for the few calls cri-guard itself makes (ListPodSandbox,
-//     PodSandboxStatus, ListContainers, StopContainer, StopPodSandbox) and for
-//     the intercepted ones it forwards after decoding (RunPodSandbox,
-//     RemovePodSandbox).
+//     PodSandboxStatus, ListContainers, StopContainer, StopPodSandbox). The
+//     runtime's status codes are read here and in server only: a stop of a
+//     sandbox or container that is gone (NotFound) is a success, and an
+//     event subscription says ErrNoEvents when the runtime has no stream.
 //
 // Container events come through an EventHub: one runtime stream shared by
 // every subscriber (containerd 1.7 gives each event to one stream only).

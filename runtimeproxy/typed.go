@@ -54,18 +54,3 @@ func (c *Client) StopPodSandbox(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
-// RunPodSandbox forwards a decoded RunPodSandbox request. Unlike the helpers
-// above, its error is the runtime's status unchanged (only transport failures
-// are rewritten to name the endpoint): it goes back to the kubelet as is.
-func (c *Client) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
-	resp, err := c.runtime.RunPodSandbox(ctx, req)
-	return resp, c.mapErr(err)
-}
-
-// RemovePodSandbox forwards a decoded RemovePodSandbox request; errors as for
-// RunPodSandbox.
-func (c *Client) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-	resp, err := c.runtime.RemovePodSandbox(ctx, req)
-	return resp, c.mapErr(err)
-}

@@ -243,6 +243,10 @@ func restore(ctx context.Context, loop *guard.Loop, log *logrus.Entry) error {
 func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *logrus.Entry) {
 	tr, err := pressure.NewTrigger(path, spec)
 	if err != nil {
+		if errors.Is(err, pressure.ErrNotPressureFile) {
+			log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
+			return
+		}
 		log.WithError(err).Error("psi trigger disabled")
 		return
 	}
@@ -253,6 +257,8 @@ func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *l
 	})
 	switch {
 	case err == nil:
+	case errors.Is(err, pressure.ErrNotPressureFile):
+		log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
 	case errors.Is(err, pressure.ErrTriggerRejected):
 		log.WithError(err).Error("psi trigger rejected by the kernel: only housekeeping polls (use a window that is a multiple of 2s)")
 	default:
