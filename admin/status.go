@@ -36,6 +36,19 @@ type Status struct {
 	Pods []Pod `json:"pods"`
 	// Decisions are the recent admission and eviction decisions, oldest first.
 	Decisions []evictor.Decision `json:"decisions"`
+	// API is the connection to the API server; nil without one.
+	API *API `json:"api,omitempty"`
+}
+
+// API describes the connection to the API server.
+type API struct {
+	Node string `json:"node"`
+	// Synced is true once the pods bound to the node have been listed.
+	Synced bool `json:"synced"`
+	// Pending counts the reports (pod status, node condition) not written yet.
+	Pending   int       `json:"pending"`
+	LastError string    `json:"lastError,omitempty"`
+	LastOK    time.Time `json:"lastOK,omitzero"`
 }
 
 // Runtime describes the runtime connection.
@@ -111,6 +124,8 @@ type Sources struct {
 	Pods func() []*pod.Pod
 	// Runtime describes the runtime connection.
 	Runtime func() Runtime
+	// API describes the API server connection; nil without one.
+	API func() API
 	// Now stamps the document; default time.Now.
 	Now func() time.Time
 }
@@ -135,6 +150,10 @@ func Build(src Sources) Status {
 	}
 	if src.Runtime != nil {
 		s.Runtime = src.Runtime()
+	}
+	if src.API != nil {
+		a := src.API()
+		s.API = &a
 	}
 	s.Signals = signals(snap.Observed, snap.Thresholds)
 	var ps []*pod.Pod

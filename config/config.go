@@ -74,6 +74,19 @@ type Config struct {
 	MetricsAddress string   `json:"metricsAddress"`
 	AdminSocket    string   `json:"adminSocket"`
 	Log            Log      `json:"log"`
+	// Kubernetes is the optional connection to the API server; without a
+	// kubeconfig cri-guard works from CRI alone.
+	Kubernetes Kubernetes `json:"kubernetes"`
+}
+
+// Kubernetes configures the connection to the API server.
+type Kubernetes struct {
+	// Kubeconfig is the kubeconfig to use (the kubelet's own is enough);
+	// empty: no API connection.
+	Kubeconfig string `json:"kubeconfig"`
+	// NodeName is this node's name; empty: from the kubeconfig's client
+	// certificate (system:node:<name>), else the host name.
+	NodeName string `json:"nodeName"`
 }
 
 // The defaults that other code needs on its own (the status command's
@@ -195,6 +208,9 @@ func (c Config) Validate() error {
 		} else if !strings.HasPrefix(v, "/") {
 			add(field, "must be an absolute path, got %q", v)
 		}
+	}
+	if c.Kubernetes.Kubeconfig != "" && !strings.HasPrefix(c.Kubernetes.Kubeconfig, "/") {
+		add("kubernetes.kubeconfig", "must be an absolute path, got %q", c.Kubernetes.Kubeconfig)
 	}
 	if c.AdminSocket != "" && !strings.HasPrefix(c.AdminSocket, "/") {
 		add("adminSocket", "must be an absolute path, got %q", c.AdminSocket)

@@ -49,8 +49,15 @@ func admitUnderConditions(p *pod.Pod, conditions []string) Result {
 	if p.Critical {
 		return admitted
 	}
-	if len(conditions) == 1 && conditions[0] == ConditionMemoryPressure && p.QOS != pod.BestEffort {
-		return admitted
+	if len(conditions) == 1 && conditions[0] == ConditionMemoryPressure {
+		if p.QOS != pod.BestEffort {
+			return admitted
+		}
+		// a BestEffort pod that tolerates the memory-pressure taint
+		// (known from the API only) is admitted too
+		if p.ToleratesMemoryPressure {
+			return admitted
+		}
 	}
 	return Result{Reason: ReasonEvicted, Message: nodeConditionMessage(conditions)}
 }

@@ -626,3 +626,32 @@ func TestEvictionDecisionAsKubelet(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIInputs: what only the API says changes admission and ranking as
+// in the kubelet: a BestEffort pod tolerating the memory-pressure taint is
+// admitted under MemoryPressure; a Burstable pod below its API memory
+// request ranks after a BestEffort one that uses less memory.
+func TestAPIInputs(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	s.available(50 * mi)
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	be := mkPod("be", pod.BestEffort, 0, false, false, true)
+	bu := mkPod("bu", pod.Burstable, 0, false, false, true)
+	bu.MemoryRequestBytes, bu.HasMemoryRequest = 500*mi, true
+	s.pods = map[string]pressure.PodStats{
+		be.CgroupParent: {HasMemory: true, WorkingSetBytes: 10 * mi},
+		bu.CgroupParent: {HasMemory: true, WorkingSetBytes: 400 * mi}, // no request visible in the cgroup
+	}
+	e, err := m.Synchronize([]*pod.Pod{bu, be})
+	if err != nil || e == nil || e.Pod.Name != "be" {
+		t.Fatalf("victim %v, %v; want be (bu is below its request)", e, err)
+	}
+	tol := mkPod("tol", pod.BestEffort, 0, false, false, true)
+	if m.Admit(&Attributes{Pod: tol}).Admit {
+		t.Fatal("BestEffort pod admitted under MemoryPressure")
+	}
+	tol.ToleratesMemoryPressure = true
+	if res := m.Admit(&Attributes{Pod: tol}); !res.Admit {
+		t.Fatalf("tolerating BestEffort pod refused: %+v", res)
+	}
+}

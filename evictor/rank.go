@@ -34,6 +34,9 @@ func (m *Manager) rank(active []*pod.Pod) []Candidate {
 		if st, err := m.sampler.Pod(p.CgroupParent); err == nil && st.HasMemory {
 			c.HasStats, c.WorkingSet, c.Request = true, st.WorkingSetBytes, st.RequestBytes
 		}
+		if p.HasMemoryRequest { // the API's request, as the kubelet reads it
+			c.Request = p.MemoryRequestBytes
+		}
 		cands = append(cands, c)
 	}
 	Rank(cands)

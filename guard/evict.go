@@ -29,6 +29,9 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
 		err := l.stopPod(ctx, victim, func(ctrs []*runtimeapi.Container) time.Duration {
+			if victim.HasTerminationGracePeriod { // from the API
+				return e.PodGrace(victim.TerminationGracePeriod, true)
+			}
 			tgps, known := terminationGracePeriod(ctrs)
 			return e.PodGrace(tgps, known)
 		})
@@ -54,6 +57,9 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 		// removed meanwhile (RemovePodSandbox, or gone from the runtime):
 		// nothing to record, and no record comes back
 		l.log.WithFields(podFields(e.Pod)).Info("pod evicted; its sandbox is already removed")
+		if l.report != nil {
+			l.report.Evicted(e.Pod, e.Message)
+		}
 		return
 	}
 	p.State = pod.StateStopped
@@ -61,6 +67,9 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 	_ = l.checkpoint(p) // logged; the guard is in the evictor's memory meanwhile
 	l.publish()
 	l.log.WithFields(podFields(p)).Info("pod evicted")
+	if l.report != nil {
+		l.report.Evicted(p, e.Message)
+	}
 }
 
 // post runs f on the loop goroutine without waiting for it; it gives up

@@ -49,6 +49,13 @@ type realHarness struct {
 
 func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration) *realHarness {
 	t.Helper()
+	return newRealHarnessWith(t, store, rt, stopTimeout, nil)
+}
+
+// newRealHarnessWith is newRealHarness with an API server stand-in (nil:
+// CRI only).
+func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI) *realHarness {
+	t.Helper()
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
 		t.Fatal(err)
@@ -59,8 +66,11 @@ func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout 
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.loop, err = New(Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout},
-		Options{Runtime: rt, Store: store, Evictor: h.ev, Log: testLog()})
+	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Log: testLog()}
+	if api != nil {
+		o.API, o.Reporter = api, api
+	}
+	h.loop, err = New(Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout}, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,19 @@ type Evictor interface {
 	MarkEvicted(p *pod.Pod, at time.Time)
 }
 
+// APIPods is what the API server says of pods (kube.Client.Pod): read from
+// a cache, never blocking.
+type APIPods interface {
+	Pod(uid string) (pod.API, bool)
+}
+
+// Reporter tells the control plane of decisions (kube.Client): it queues,
+// never blocks.
+type Reporter interface {
+	Rejected(p *pod.Pod, reason, message string)
+	Evicted(p *pod.Pod, message string)
+}
+
 // Config holds the loop's settings.
 type Config struct {
 	// HousekeepingInterval is how often Synchronize runs without a trigger.
@@ -69,6 +82,10 @@ type Options struct {
 	Now     func() time.Time
 	// Watchdog is called after every housekeeping pass (sd_notify WATCHDOG).
 	Watchdog func()
+	// API and Reporter connect the loop to the API server; both nil:
+	// CRI only.
+	API      APIPods
+	Reporter Reporter
 }
 
 // Loop is the sync loop.
@@ -80,6 +97,8 @@ type Loop struct {
 	log     *logrus.Entry
 	now     func() time.Time
 	wdog    func()
+	api     APIPods
+	report  Reporter
 	updates chan func()
 	trigger chan struct{}
 	ready   chan struct{}
@@ -114,6 +133,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 	}
 	return &Loop{
 		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, log: o.Log, now: o.Now, wdog: o.Watchdog,
+		api: o.API, report: o.Reporter,
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
 		ready:   make(chan struct{}),
@@ -219,6 +239,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		l.ev.Observe()
 		return
 	}
+	l.applyAPI()
 	e, err := l.ev.Synchronize(l.active())
 	if err != nil {
 		l.log.WithError(err).WithField("trigger", why).Warn("eviction pass failed")
@@ -226,6 +247,20 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	}
 	if e != nil {
 		l.evict(e)
+	}
+}
+
+// applyAPI completes the known pods with what the API says of them
+// (priority, requests, grace period, tolerations may arrive after the
+// sandbox): a cache read per pod (loop goroutine).
+func (l *Loop) applyAPI() {
+	if l.api == nil {
+		return
+	}
+	for _, p := range l.pods {
+		if a, ok := l.api.Pod(p.UID); ok {
+			l.cfg.Rules.ApplyAPI(p, a)
+		}
 	}
 }
 

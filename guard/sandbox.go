@@ -67,10 +67,20 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, error) {
 	for _, w := range p.Warnings {
 		l.log.WithFields(podFields(p)).WithField("warning", w).Warn("pod sandbox config")
 	}
+	if l.api != nil {
+		if a, ok := l.api.Pod(p.UID); ok {
+			l.cfg.Rules.ApplyAPI(p, a)
+		}
+	}
 	r := l.ev.Admit(&evictor.Attributes{Pod: p})
 	fields := podFields(p)
 	if !r.Admit {
 		l.log.WithFields(fields).WithField("reason", r.Reason).WithField("message", r.Message).Info("pod sandbox refused")
+		if l.report != nil && p.FromAPI && l.neverRan(p) {
+			// as the kubelet's rejectPod: the pod fails, the kubelet stops
+			// retrying it and its controller replaces it
+			l.report.Rejected(p, r.Reason, r.Message)
+		}
 		return r, nil, nil
 	}
 	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
@@ -85,6 +95,21 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, error) {
 	l.publish()
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
 	return r, nil, nil
+}
+
+// neverRan reports whether p is a first attempt of a pod that has no
+// sandbox on this node: only such a refusal is the kubelet's rejectPod (a
+// recreation, attempt > 0, is the kubelet restarting a pod that ran).
+func (l *Loop) neverRan(p *pod.Pod) bool {
+	if p.Attempt > 0 {
+		return false
+	}
+	for _, q := range l.pods {
+		if q.UID == p.UID {
+			return false
+		}
+	}
+	return true
 }
 
 // settleCreated records the sandbox id containerd gave an admitted pod

@@ -28,6 +28,7 @@ type Metrics struct {
 	unable        *prometheus.CounterVec
 	statsErrors   prometheus.Counter
 	checkpointOps *prometheus.CounterVec
+	apiWrites     *prometheus.CounterVec
 
 	// methods maps a full method name to its histogram child, built once
 	// per method so that the hot path does no label lookup.
@@ -79,9 +80,13 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "checkpoint_operations_total",
 			Help: "Checkpoint store operations (put, list, delete) by result (ok, error).",
 		}, []string{"op", "result"}),
+		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "api_writes_total",
+			Help: "Writes to the API server (reject, evict: pod status; event; node-condition) by result (ok, error, gone: the pod was gone).",
+		}, []string{"op", "result"}),
 	}
 	m.reg.MustRegister(m.criDuration, m.criErrors, m.admissions, m.evictions, m.dryRun,
-		m.evictFailures, m.unable, m.statsErrors, m.checkpointOps,
+		m.evictFailures, m.unable, m.statsErrors, m.checkpointOps, m.apiWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{opPut, opList, opDelete} {
 		for _, r := range []string{resultOK, resultError} {
@@ -110,6 +115,9 @@ func (m *Metrics) methodObserver(method string) prometheus.Observer {
 	o, _ := m.methods.LoadOrStore(method, m.criDuration.WithLabelValues(method))
 	return o.(prometheus.Observer)
 }
+
+// APIWrite counts one write to the API server (kube.Observer).
+func (m *Metrics) APIWrite(op, result string) { m.apiWrites.WithLabelValues(op, result).Inc() }
 
 // Decided records one evictor decision (evictor.Observer).
 func (m *Metrics) Decided(d evictor.Decision) {

@@ -98,6 +98,23 @@ type Pod struct {
 	// kubelet sent it (0 = none or unknown).
 	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 
+	// What the API server knows of the pod and CRI never carries, applied
+	// by CriticalRules.ApplyAPI when cri-guard reads the API (zero
+	// otherwise). FromAPI says the API knows the pod.
+	FromAPI bool `json:"fromAPI,omitempty"`
+	// MemoryRequestBytes is the pod's memory request as the kubelet
+	// computes it, valid when HasMemoryRequest.
+	MemoryRequestBytes int64 `json:"memoryRequestBytes,omitempty"`
+	HasMemoryRequest   bool  `json:"hasMemoryRequest,omitempty"`
+	// TerminationGracePeriod is spec.terminationGracePeriodSeconds, valid
+	// when HasTerminationGracePeriod.
+	TerminationGracePeriod    time.Duration `json:"terminationGracePeriod,omitempty"`
+	HasTerminationGracePeriod bool          `json:"hasTerminationGracePeriod,omitempty"`
+	// ToleratesMemoryPressure: the pod tolerates the
+	// node.kubernetes.io/memory-pressure:NoSchedule taint, so the kubelet
+	// admits it under MemoryPressure even when it is BestEffort.
+	ToleratesMemoryPressure bool `json:"toleratesMemoryPressure,omitempty"`
+
 	// SandboxID is containerd's id of the sandbox, once known.
 	SandboxID string `json:"sandboxId,omitempty"`
 	// State is the sandbox's lifecycle state.

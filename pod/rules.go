@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Critical-rule modes (CriticalRules.Mode).
@@ -111,4 +112,49 @@ func (r CriticalRules) classify(p *Pod) error {
 		p.Evictable = !p.Critical
 	}
 	return nil
+}
+
+// API is what the API server says of a pod that CRI never carries.
+type API struct {
+	// Priority is spec.priority (nil: unset).
+	Priority *int32
+	// MemoryRequestBytes is the pod's memory request as the kubelet's
+	// eviction manager computes it (resource helpers' PodRequests plus
+	// overhead); HasMemoryRequest is false when nothing requests memory.
+	MemoryRequestBytes int64
+	HasMemoryRequest   bool
+	// TerminationGracePeriod is spec.terminationGracePeriodSeconds (nil: unset).
+	TerminationGracePeriod *time.Duration
+	// ToleratesMemoryPressure: a toleration matches the
+	// node.kubernetes.io/memory-pressure:NoSchedule taint.
+	ToleratesMemoryPressure bool
+	// Mirror is true for the mirror pod of a static pod.
+	Mirror bool
+}
+
+// ApplyAPI completes p with what the API says of it and classifies it
+// again: the API's priority replaces the annotation's, and under the modern
+// rules a pod of priority >= SystemCriticalPriority or a mirror pod is
+// critical, as the kubelet's IsCriticalPod says.
+func (r CriticalRules) ApplyAPI(p *Pod, a API) {
+	p.FromAPI = true
+	p.MemoryRequestBytes, p.HasMemoryRequest = a.MemoryRequestBytes, a.HasMemoryRequest
+	p.TerminationGracePeriod, p.HasTerminationGracePeriod = 0, false
+	if a.TerminationGracePeriod != nil {
+		p.TerminationGracePeriod, p.HasTerminationGracePeriod = *a.TerminationGracePeriod, true
+	}
+	p.ToleratesMemoryPressure = a.ToleratesMemoryPressure
+	warnings := p.Warnings // said once, when the record was made
+	err := r.classify(p)
+	p.Warnings = warnings
+	if err != nil {
+		return // an unknown mode: classify already refused the pod at creation
+	}
+	if a.Priority != nil {
+		p.Priority, p.HasPriority = *a.Priority, true
+	}
+	if mode, _ := r.mode(); mode == ModeModern {
+		p.Critical = p.Critical || a.Mirror || (p.HasPriority && p.Priority >= SystemCriticalPriority)
+		p.Evictable = !p.Critical
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/cri-guard/cri-guard/config"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/guard"
+	"github.com/cri-guard/cri-guard/kube"
 	"github.com/cri-guard/cri-guard/metrics"
 	"github.com/cri-guard/cri-guard/pressure"
 	"github.com/cri-guard/cri-guard/runtimeproxy"
@@ -60,7 +63,20 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if cfg.MetricsAddress != "" {
 		m = metrics.New()
 	}
-	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog)
+	var kc *kube.Client
+	if cfg.Kubernetes.Kubeconfig != "" {
+		var obs kube.Observer
+		if m != nil {
+			obs = m
+		}
+		kc, err = kube.New(kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName},
+			logger.WithField("component", "kube"), obs)
+		if err != nil {
+			return err
+		}
+		log.WithField("node", kc.NodeName()).Info("reading pods from and reporting decisions to the API server")
+	}
+	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, kc)
 	if err != nil {
 		return err
 	}
@@ -84,6 +100,10 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			log.WithError(err).Error("sync loop stopped")
 		}
 	})
+	if kc != nil {
+		wg.Go(func() { kc.Run(loopCtx) })
+		wg.Go(func() { syncNodeCondition(loopCtx, kc, ev.Snapshot) })
+	}
 	// One runtime event stream, shared by the sync loop and every kubelet
 	// stream (containerd 1.7 would split events among separate streams).
 	hub := runtimeproxy.NewEventHub(rt, logger.WithField("component", "events"))
@@ -123,6 +143,12 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 				st := rt.State()
 				return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
 			},
+		}
+		if kc != nil {
+			src.API = func() admin.API {
+				st := kc.State()
+				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK}
+			}
 		}
 		wg.Go(func() {
 			h := admin.Handler(func() admin.Status { return admin.Build(src) })
@@ -169,7 +195,7 @@ type guardParts struct {
 // and the sync loop from the configuration.
 // m, when not nil, counts decisions and checkpoint operations; watchdog is
 // called after every housekeeping pass.
-func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func()) (guardParts, error) {
+func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), kc *kube.Client) (guardParts, error) {
 	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
 	if err != nil {
 		return guardParts{}, err
@@ -204,11 +230,15 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	if err != nil {
 		return guardParts{}, err
 	}
+	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
+	if kc != nil {
+		opts.API, opts.Reporter = kc, kc
+	}
 	loop, err := guard.New(guard.Config{
 		HousekeepingInterval: cfg.HousekeepingInterval.Duration,
 		EnforceRestored:      cfg.RestoredPods == "enforce",
 		Rules:                cfg.CriticalRules(),
-	}, guard.Options{Runtime: rt, Store: st, Evictor: ev, Log: logger.WithField("component", "guard"), Watchdog: watchdog})
+	}, opts)
 	if err != nil {
 		return guardParts{}, err
 	}
@@ -263,5 +293,38 @@ func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *l
 		log.WithError(err).Error("psi trigger rejected by the kernel: only housekeeping polls (use a window that is a multiple of 2s)")
 	default:
 		log.WithError(err).Warn("psi trigger stopped: only housekeeping polls")
+	}
+}
+
+// syncNodeCondition keeps cri-guard's node condition in the API in step
+// with the eviction manager's view: it reads the snapshot every 2 s and
+// queues a change (the client writes only changes).
+func syncNodeCondition(ctx context.Context, kc *kube.Client, snapshot func() evictor.Status) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		s := snapshot()
+		if !s.SampledAt.IsZero() {
+			pressure := slices.Contains(s.Conditions, evictor.ConditionMemoryPressure)
+			msg := "cri-guard sees no memory pressure"
+			if pressure {
+				msg = "cri-guard sees memory pressure"
+				var acting []string // stable while it lasts: no observed values
+				for _, t := range s.Thresholds {
+					if t.Acting || t.Pending {
+						acting = append(acting, t.Threshold.String())
+					}
+				}
+				if len(acting) > 0 {
+					msg += ": " + strings.Join(acting, "; ")
+				}
+			}
+			kc.SetNodeCondition(pressure, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }

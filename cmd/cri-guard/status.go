@@ -76,6 +76,16 @@ func printStatus(out io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintf(w, "cri-guard %s%s\n", st.Version, dry)
 	fmt.Fprintf(w, "runtime:\t%s\t%s\n", st.Runtime.Endpoint, st.Runtime.State)
+	if a := st.API; a != nil {
+		api := "connected"
+		switch {
+		case a.LastError != "":
+			api = "error: " + a.LastError
+		case !a.Synced:
+			api = "not synced yet"
+		}
+		fmt.Fprintf(w, "api server:\tnode %s\t%s\t%d pending\n", a.Node, api, a.Pending)
+	}
 	sampled := "never"
 	if !st.SampledAt.IsZero() {
 		sampled = fmt.Sprintf("%s (%s ago, %s)", st.SampledAt.Format(time.RFC3339), st.Time.Sub(st.SampledAt).Round(time.Second), st.Source)
