@@ -94,11 +94,15 @@ func runScenario(s *scenario, dir string, r *report) error {
 	}
 	scenCause := "unexplained"
 	if len(causes) > 0 {
-		names := make([]string, len(causes))
-		for i, c := range causes {
-			names[i] = c.Cause
+		var names []string
+		for _, c := range causes {
+			if !strings.HasPrefix(c.Cause, "(5)") { // grace only: no bearing on conditions, admission, victim
+				names = append(names, c.Cause)
+			}
 		}
-		scenCause = "config: " + strings.Join(names, " + ")
+		if len(names) > 0 {
+			scenCause = "config: " + strings.Join(names, " + ")
+		}
 	}
 
 	k, err := newKubeletSide(kc, start)
@@ -403,7 +407,7 @@ func (s *scenario) compareEviction(r *report, i int, st step, active []*podSpec,
 		if pct {
 			causes = append(causes, "(6a) the kubelet prints a percentage threshold as bytes")
 		} else {
-			causes = append(causes, "threshold figures differ")
+			causes = append(causes, "threshold figures differ, "+scenCause)
 		}
 	}
 	if cSuffix != suffix {
@@ -517,7 +521,7 @@ func compareConfig(s *scenario, kc kubeletConfig, cc config.Config, ths []pressu
 			causes = append(causes, cause{"(1) a soft threshold with grace 0s is hard in the kubelet", detail})
 		}
 		if count(kt, "allocatableMemory.available", true) > count(ct, "allocatableMemory.available", true)+count(ct, "allocatableMemory.available", false)-count(kt, "allocatableMemory.available", false) {
-			causes = append(causes, cause{"(7) the kubelet copies hard memory.available thresholds to allocatableMemory.available (enforceNodeAllocatable [pods], helpers.go addAllocatableThresholds)", detail})
+			causes = append(causes, cause{"(7) enforceNodeAllocatable [pods] copies hard memory.available thresholds to allocatableMemory.available (helpers.go addAllocatableThresholds)", detail})
 		}
 		if len(causes) == before {
 			causes = append(causes, cause{"thresholds differ", detail})
