@@ -89,6 +89,10 @@ const (
 	DefaultPSITrigger           = "some 100000 2000000"
 	DefaultMetricsAddress       = "127.0.0.1:9713"
 	DefaultAdminSocket          = "/run/cri-guard/admin.sock"
+	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
+	// stands for a zero in the file (v1beta1 SetDefaults_KubeletConfiguration:
+	// a zero EvictionPressureTransitionPeriod becomes 5m).
+	DefaultEvictionPressureTransitionPeriod = 5 * time.Minute
 )
 
 // Default returns the configuration cri-guard runs with when no file is given.
@@ -101,8 +105,8 @@ func Default() Config {
 		ProcRoot:                         DefaultProcRoot,
 		HousekeepingInterval:             Duration{DefaultHousekeepingInterval},
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
-		EvictionPressureTransitionPeriod: Duration{5 * time.Minute},
-		EvictionMaxPodGracePeriod:        Duration{30 * time.Second},
+		EvictionPressureTransitionPeriod: Duration{DefaultEvictionPressureTransitionPeriod},
+		EvictionMaxPodGracePeriod:        Duration{0}, // the kubelet's: no default in v1beta1
 		PSITrigger:                       DefaultPSITrigger,
 		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
 		OnStatsError:                     "admit",
@@ -146,10 +150,20 @@ func Parse(b []byte) (Config, error) {
 			return Config{}, errs
 		}
 	}
+	cfg.applyKubeletDefaults()
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// applyKubeletDefaults applies the kubelet's defaulting of values it
+// treats as unset: a zero evictionPressureTransitionPeriod is 5m
+// (pkg/kubelet/apis/config/v1beta1/defaults.go).
+func (c *Config) applyKubeletDefaults() {
+	if c.EvictionPressureTransitionPeriod.Duration == 0 {
+		c.EvictionPressureTransitionPeriod.Duration = DefaultEvictionPressureTransitionPeriod
+	}
 }
 
 // Errors is every problem Validate found, one per field.

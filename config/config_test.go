@@ -43,6 +43,36 @@ log: {level: debug, format: json}
 				t.Fatalf("thresholds = %v, %v; want 4", ts, err)
 			}
 		}},
+		// The kubelet's defaulting (issue 13): cmd/kubelet/app/server.go
+		// loadConfigFile applies DefaultEvictionHard only when evictionHard
+		// is nil; pkg/kubelet/apis/config/v1beta1/defaults.go turns a zero
+		// evictionPressureTransitionPeriod into 5m and leaves
+		// evictionMaxPodGracePeriod at 0.
+		{name: "empty evictionHard means no hard thresholds", yaml: "evictionHard: {}\n", check: func(t *testing.T, c Config) {
+			if ts, err := c.Thresholds(); err != nil || len(ts) != 0 {
+				t.Fatalf("thresholds = %v, %v; want none", ts, err)
+			}
+		}},
+		{name: "evictionHard given replaces the default", yaml: "evictionHard: {allocatableMemory.available: 200Mi}\n", check: func(t *testing.T, c Config) {
+			if len(c.EvictionHard) != 1 || c.EvictionHard["allocatableMemory.available"] != "200Mi" {
+				t.Fatalf("evictionHard = %v, want only allocatableMemory.available", c.EvictionHard)
+			}
+		}},
+		{name: "null evictionHard keeps the default", yaml: "evictionHard:\n", check: func(t *testing.T, c Config) {
+			if len(c.EvictionHard) != 1 || c.EvictionHard["memory.available"] != "100Mi" {
+				t.Fatalf("evictionHard = %v, want the default", c.EvictionHard)
+			}
+		}},
+		{name: "zero transition period is 5m", yaml: "evictionPressureTransitionPeriod: 0s\n", check: func(t *testing.T, c Config) {
+			if c.EvictionPressureTransitionPeriod.Duration != 5*time.Minute {
+				t.Fatalf("transition = %v, want 5m", c.EvictionPressureTransitionPeriod)
+			}
+		}},
+		{name: "max pod grace period defaults to 0", yaml: "", check: func(t *testing.T, c Config) {
+			if c.EvictionMaxPodGracePeriod.Duration != 0 {
+				t.Fatalf("evictionMaxPodGracePeriod = %v, want 0", c.EvictionMaxPodGracePeriod)
+			}
+		}},
 		{name: "unknown key", yaml: "listenn: /x\n", wantErr: []string{"listenn: unknown field"}},
 		{name: "unknown key and bad values, all reported", yaml: "bogus: 1\nlisten: rel.sock\nevictionSoft: {memory.available: 300Mi}\n",
 			wantErr: []string{"bogus: unknown field", `listen: must be an absolute path, got "rel.sock"`, "evictionSoftGracePeriod[memory.available]"}},

@@ -40,6 +40,17 @@ func decode(b []byte, dst *Config) error {
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 
 func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
+	if v.Kind() == reflect.Map {
+		// A map in the file replaces the default whole, as the kubelet's
+		// config loading does (cmd/kubelet/app/server.go loadConfigFile:
+		// the default evictionHard applies only when the key is nil):
+		// `evictionHard: {}` means no hard thresholds. A null value, like
+		// an absent key, keeps the default.
+		if string(raw) == "null" {
+			return nil
+		}
+		v.Set(reflect.Zero(v.Type()))
+	}
 	if v.Kind() != reflect.Struct || reflect.PointerTo(v.Type()).Implements(unmarshalerType) {
 		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
 			return Errors{fmt.Errorf("%s: %s", path, cleanJSONError(err))}

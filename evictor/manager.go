@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
@@ -209,9 +210,13 @@ func (m *Manager) Admit(a *Attributes) Result {
 // Evicted or EvictionFailed: only a stop that happened counts.
 type Eviction struct {
 	Pod *pod.Pod
-	// Grace is the containers' stop grace period: HardGracePeriod for a
-	// hard threshold, MaxPodGracePeriod for a soft one.
+	// Grace is the eviction manager's grace period override:
+	// HardGracePeriod for a hard threshold, MaxPodGracePeriod for a soft
+	// one (which the pod's own terminationGracePeriodSeconds lowers: see
+	// PodGrace).
 	Grace time.Duration
+	// Hard is true when a hard threshold chose the pod.
+	Hard bool
 	// Signal is the signal of the threshold that chose the pod.
 	Signal pressure.Signal
 	// Message is the kubelet's eviction message.
@@ -250,8 +255,8 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	}
 	m.unable = false
 	m.logCandidates(ranked, met)
-	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Signal: met.Threshold.Signal, Message: evictionMessage(met)}
-	if met.Threshold.Hard {
+	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Hard: met.Threshold.Hard, Signal: met.Threshold.Signal, Message: evictionMessage(met)}
+	if e.Hard {
 		e.Grace = m.cfg.HardGracePeriod
 	}
 	fields := evictionFields(e)
@@ -263,6 +268,18 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	}
 	m.log.WithFields(fields).Warn("evicting pod")
 	return e, nil
+}
+
+// PodGrace is the grace period the pod is stopped with, given its
+// terminationGracePeriodSeconds when the runtime knows it (known): for a
+// soft threshold min(MaxPodGracePeriod, TGPS), as the kubelet's
+// synchronize computes it (with AllowOverwriteTerminationGracePeriodSeconds
+// off, as in 1.34); for a hard one HardGracePeriod.
+func (e *Eviction) PodGrace(tgps time.Duration, known bool) time.Duration {
+	if !e.Hard && known && tgps < e.Grace {
+		return tgps
+	}
+	return e.Grace
 }
 
 // Evicted records that e's pod was stopped (or its sandbox was already
@@ -295,7 +312,18 @@ func evictionMessage(met pressure.Met) string {
 			met.Threshold.Signal, met.Threshold.Value.String(), met.Observed.String())
 	}
 	return fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %s. ",
-		met.Threshold.Value.String(), met.Observed.String())
+		thresholdQuantity(met), met.Observed.String())
+}
+
+// thresholdQuantity is the threshold as the kubelet prints it
+// (evictionapi.GetThresholdQuantity): a quantity as given, a percentage
+// resolved against the observed capacity, in bytes (BinarySI), e.g.
+// "429496736" for 10% of 4Gi.
+func thresholdQuantity(met pressure.Met) string {
+	if q := met.Threshold.Value.Quantity; q != nil {
+		return q.String()
+	}
+	return resource.NewQuantity(met.Threshold.Value.Bytes(met.Observed.Capacity), resource.BinarySI).String()
 }
 
 func (m *Manager) logCandidates(ranked []Candidate, met pressure.Met) {

@@ -565,3 +565,64 @@ func TestAdmitDoesNotMoveEvictionTiming(t *testing.T) {
 		})
 	}
 }
+
+// TestEvictionDecisionAsKubelet: the grace period and message of an
+// eviction, as pkg/kubelet/eviction/eviction_manager.go synchronize and
+// helpers.go evictionMessage/getThresholdMetInfo give them.
+func TestEvictionDecisionAsKubelet(t *testing.T) {
+	const gi = 1 << 30
+	tests := []struct {
+		name      string
+		cfg       pressure.ThresholdConfig
+		maxGrace  time.Duration
+		available int64
+		wantHard  bool
+		wantGrace time.Duration
+		wantMsg   string
+	}{
+		{"hard quantity", pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}}, 30 * time.Second, 512 * mi,
+			true, time.Second, "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. "},
+		// GetThresholdQuantity: float32 percentage of the capacity, BinarySI bytes
+		{"hard percentage printed in bytes", pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "10%"}}, 0, 100 * mi,
+			true, time.Second, "The node was low on resource: memory. Threshold quantity: 429496736, available: 100Mi. "},
+		{"soft uses the maximum pod grace period", pressure.ThresholdConfig{Soft: map[string]string{"memory.available": "1Gi"},
+			SoftGracePeriod: map[string]string{"memory.available": "1s"}}, 30 * time.Second, 512 * mi,
+			false, 30 * time.Second, "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. "},
+		// isHardEvictionThreshold: GracePeriod == 0
+		{"soft with 0s grace is hard", pressure.ThresholdConfig{Soft: map[string]string{"memory.available": "1Gi"},
+			SoftGracePeriod: map[string]string{"memory.available": "0s"}}, 30 * time.Second, 512 * mi,
+			true, time.Second, "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, r, c := &fakeSampler{}, &recorder{}, newClock()
+			s.node = pressure.NodeSample{CapacityBytes: 4 * gi, WorkingSetBytes: 4*gi - tt.available, AvailableBytes: tt.available}
+			m := newManager(t, Config{Thresholds: thresholds(t, tt.cfg), MaxPodGracePeriod: tt.maxGrace, HardGracePeriod: time.Second}, s, r, c)
+			p := mkPod("a", pod.BestEffort, 0, false, false, true)
+			var e *Eviction
+			for range 3 { // past a soft grace period
+				var err error
+				if e, err = m.Synchronize([]*pod.Pod{p}); err != nil {
+					t.Fatal(err)
+				}
+				if e != nil {
+					break
+				}
+				c.step(2 * time.Second)
+			}
+			if e == nil {
+				t.Fatal("no eviction")
+			}
+			if e.Hard != tt.wantHard || e.Grace != tt.wantGrace || e.Message != tt.wantMsg {
+				t.Fatalf("eviction hard %v grace %v message %q; want %v %v %q", e.Hard, e.Grace, e.Message, tt.wantHard, tt.wantGrace, tt.wantMsg)
+			}
+			// the pod's terminationGracePeriodSeconds lowers a soft grace only
+			if g := e.PodGrace(5*time.Second, true); (tt.wantHard && g != tt.wantGrace) || (!tt.wantHard && g != 5*time.Second) {
+				t.Fatalf("PodGrace(5s) = %v", g)
+			}
+			if g := e.PodGrace(0, false); g != tt.wantGrace {
+				t.Fatalf("PodGrace(unknown) = %v, want %v", g, tt.wantGrace)
+			}
+		})
+	}
+}

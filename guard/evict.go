@@ -28,7 +28,10 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	victim := cur.Clone()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
-		err := l.stopPod(ctx, victim, e.Grace)
+		err := l.stopPod(ctx, victim, func(ctrs []*runtimeapi.Container) time.Duration {
+			tgps, known := terminationGracePeriod(ctrs)
+			return e.PodGrace(tgps, known)
+		})
 		cancel()
 		l.post(func() { l.settleEviction(e, victim.SandboxID, err) })
 	}()
@@ -69,21 +72,28 @@ func (l *Loop) post(f func()) {
 	}
 }
 
-// stopPod stops every container of the sandbox with the grace period, then
-// the sandbox (what the kubelet's killPod does through the runtime). A
-// sandbox or container that is already gone counts as stopped (the
-// runtime client answers NotFound with nil).
-func (l *Loop) stopPod(ctx context.Context, p *pod.Pod, grace time.Duration) error {
+// minimumStopGrace is the least time a container is given to stop: the
+// kubelet's killContainer raises any grace period, an eviction's override
+// included, to minimumGracePeriodInSeconds
+// (pkg/kubelet/kuberuntime/kuberuntime_container.go).
+const minimumStopGrace = 2 * time.Second
+
+// stopPod stops every container of the sandbox with the grace period grace
+// gives for them, then the sandbox (what the kubelet's killPod does through
+// the runtime). A sandbox or container that is already gone counts as
+// stopped (the runtime client answers NotFound with nil).
+func (l *Loop) stopPod(ctx context.Context, p *pod.Pod, grace func([]*runtimeapi.Container) time.Duration) error {
 	ctrs, err := l.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID})
 	if err != nil {
 		return fmt.Errorf("stop pod %q: %w", p.String(), err)
 	}
+	timeout := int64(max(grace(ctrs), minimumStopGrace) / time.Second)
 	var errs []error
 	for _, c := range ctrs {
 		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue
 		}
-		if err := l.rt.StopContainer(ctx, c.GetId(), int64(grace/time.Second)); err != nil {
+		if err := l.rt.StopContainer(ctx, c.GetId(), timeout); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -94,6 +104,17 @@ func (l *Loop) stopPod(ctx context.Context, p *pod.Pod, grace time.Duration) err
 		return fmt.Errorf("stop pod %q: %w", p.String(), err)
 	}
 	return nil
+}
+
+// terminationGracePeriod is the pod's terminationGracePeriodSeconds as the
+// kubelet annotated its containers; known is false when none carries it.
+func terminationGracePeriod(ctrs []*runtimeapi.Container) (d time.Duration, known bool) {
+	for _, c := range ctrs {
+		if d, ok := pod.TerminationGracePeriod(c.GetAnnotations()); ok {
+			return d, true
+		}
+	}
+	return 0, false
 }
 
 // resync makes the known pods agree with the runtime's sandbox list: a

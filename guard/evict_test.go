@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
@@ -225,5 +227,50 @@ func TestRemoveDuringEviction(t *testing.T) {
 	}
 	if recs, _ := store.List(); len(recs) != 0 {
 		t.Fatalf("records after restart = %+v, want none", recs)
+	}
+}
+
+// TestStopGrace: the StopContainer timeout the kubelet would send. A soft
+// eviction gives min(evictionMaxPodGracePeriod, the pod's
+// terminationGracePeriodSeconds from its container annotation)
+// (eviction_manager.go synchronize); every grace is raised to the 2 s
+// minimum of kuberuntime_container.go killContainer.
+func TestStopGrace(t *testing.T) {
+	tests := []struct {
+		name  string
+		e     evictor.Eviction
+		tgps  string // annotation value; "" for none
+		wantS int64
+	}{
+		{"soft, TGPS below the maximum", evictor.Eviction{Grace: 30 * time.Second}, "5", 5},
+		{"soft, TGPS above the maximum", evictor.Eviction{Grace: 30 * time.Second}, "60", 30},
+		{"soft, no TGPS known", evictor.Eviction{Grace: 30 * time.Second}, "", 30},
+		{"soft, TGPS 0 raised to the minimum", evictor.Eviction{Grace: 30 * time.Second}, "0", 2},
+		{"soft, kubelet default maximum 0", evictor.Eviction{Grace: 0}, "30", 2},
+		{"hard ignores TGPS", evictor.Eviction{Grace: time.Second, Hard: true}, "1", 2},
+		{"garbage annotation is unknown", evictor.Eviction{Grace: 10 * time.Second}, "soon", 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+			if tt.tgps != "" {
+				h.rt.ctrs["c-s1"].Annotations = map[string]string{pod.AnnotationTerminationGracePeriod: tt.tgps}
+			}
+			if _, err := h.loop.Restore(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			e := tt.e
+			e.Pod = h.loop.pods["p1/0"]
+			if err := h.loop.stopPod(context.Background(), e.Pod, func(ctrs []*runtimeapi.Container) time.Duration {
+				d, known := terminationGracePeriod(ctrs)
+				return e.PodGrace(d, known)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("StopContainer c-s1 %d", tt.wantS); !slices.Contains(h.rt.Calls(), want) {
+				t.Fatalf("calls %v, want %q", h.rt.Calls(), want)
+			}
+		})
 	}
 }

@@ -103,7 +103,7 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: stopping it")
-		if err := l.stopPod(ctx, p, l.cfg.StopTimeout); err != nil {
+		if err := l.stopPod(ctx, p, func([]*runtimeapi.Container) time.Duration { return l.cfg.StopTimeout }); err != nil {
 			l.log.WithError(err).WithFields(fields).Error("cannot stop refused restored pod")
 			continue
 		}

@@ -3,6 +3,7 @@ package pod
 import (
 	"errors"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -43,6 +44,10 @@ const (
 	// AnnotationCriticalPod is the legacy critical-pod annotation
 	// (ExperimentalCriticalPodAnnotation), honoured only by the "seed" rules.
 	AnnotationCriticalPod = "scheduler.alpha.kubernetes.io/critical-pod"
+	// AnnotationTerminationGracePeriod is the container annotation in which
+	// the kubelet sends the pod's terminationGracePeriodSeconds to the
+	// runtime (pkg/kubelet/kuberuntime/labels.go podTerminationGracePeriodLabel).
+	AnnotationTerminationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
 	// DefaultPriorityAnnotation is the default annotation carrying a pod's
 	// integer priority, stamped by cluster policy.
 	DefaultPriorityAnnotation = "cri-guard.io/priority"
@@ -137,4 +142,19 @@ func (p *Pod) Clone() *Pod {
 	c.Annotations = maps.Clone(p.Annotations)
 	c.Warnings = slices.Clone(p.Warnings)
 	return &c
+}
+
+// TerminationGracePeriod reads the pod's terminationGracePeriodSeconds from
+// a container's annotations (AnnotationTerminationGracePeriod); ok is false
+// when it is absent or not a non-negative integer.
+func TerminationGracePeriod(containerAnnotations map[string]string) (d time.Duration, ok bool) {
+	v, found := containerAnnotations[AnnotationTerminationGracePeriod]
+	if !found {
+		return 0, false
+	}
+	s, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || s < 0 || s > math.MaxInt64/int64(time.Second) {
+		return 0, false
+	}
+	return time.Duration(s) * time.Second, true
 }

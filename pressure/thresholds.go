@@ -51,7 +51,8 @@ type Threshold struct {
 	Signal Signal
 	// Operator is OpLessThan for memory signals, OpGreaterThan for PSI.
 	Operator Operator
-	// Hard thresholds act at once; soft ones after GracePeriod.
+	// Hard thresholds act at once; soft ones after GracePeriod. As in the
+	// kubelet, a soft threshold whose grace period is 0 is hard.
 	Hard bool
 	// Value is the threshold itself.
 	Value Value
@@ -163,6 +164,10 @@ func ParseThresholds(cfg ThresholdConfig) ([]Threshold, error) {
 				return nil, fmt.Errorf("evictionSoftGracePeriod[%s]: grace period must be specified for the soft eviction threshold", t.Signal)
 			}
 			t.GracePeriod = d
+			// a soft threshold without a grace period is a hard one:
+			// it acts at once and its victim gets the hard-eviction
+			// grace (helpers.go isHardEvictionThreshold: GracePeriod == 0)
+			t.Hard = d == 0
 		}
 		if r, ok := reclaim[t.Signal]; ok {
 			t.MinReclaim = &r

@@ -32,6 +32,16 @@ func TestParseThresholds(t *testing.T) {
 			},
 		},
 		{
+			// pkg/kubelet/eviction/helpers.go isHardEvictionThreshold:
+			// a threshold is hard when its grace period is 0
+			name: "soft with a 0s grace period is hard",
+			cfg: ThresholdConfig{
+				Soft:            map[string]string{"memory.available": "300Mi"},
+				SoftGracePeriod: map[string]string{"memory.available": "0s"},
+			},
+			want: []string{"hard memory.available<300Mi"},
+		},
+		{
 			name: "percent of capacity and allocatable",
 			cfg:  ThresholdConfig{Hard: map[string]string{"memory.available": "10%", "allocatableMemory.available": "5%"}},
 			want: []string{"hard allocatableMemory.available<5%", "hard memory.available<10%"},
