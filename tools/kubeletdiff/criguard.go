@@ -101,6 +101,8 @@ func criPod(p *podSpec, rules pod.CriticalRules, now time.Time) (*pod.Pod, error
 // terminationGracePeriodSeconds is tgps (nil: unknown to cri-guard).
 // The one call site to change when evictor grows Eviction.PodGrace.
 func criGrace(e *evictor.Eviction, tgps *int64) time.Duration {
-	_ = tgps
-	return e.Grace
+	if tgps == nil {
+		return e.PodGrace(0, false)
+	}
+	return e.PodGrace(time.Duration(*tgps)*time.Second, true)
 }

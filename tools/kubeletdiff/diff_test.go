@@ -6,18 +6,17 @@ import (
 )
 
 // mustAgree lists the fields that must agree 100% (of what CRI can observe).
-// Today only admission of pods whose decision does not depend on the
-// configuration differences is known to agree; flip a field to true as the
-// fixes of issue 13 land (see README.md, "Differential test").
+// With fixes (1)-(5) and (6a) of issue 13 merged, grace agrees; flip the
+// others as their causes are fixed (the run prints each remaining cause).
 var mustAgree = map[string]bool{
-	FieldConfig:     false, // needs fixes (1) (3) (4) (5) and (7)
-	FieldConditions: false, // follows config
-	FieldAdmission:  false, // follows conditions
-	FieldVictim:     false, // follows conditions
-	FieldVictimCRI:  false, // follows conditions
-	FieldGrace:      false, // needs (1) (2) (5)
-	FieldMessage:    false, // needs (6)
-	FieldAdmitMsg:   false, // cri-guard appends the observation (8)
+	FieldConfig:     false, // (7) allocatable copies of hard memory.available
+	FieldConditions: false, // follows config (7)
+	FieldAdmission:  false, // follows config (7)
+	FieldVictim:     false, // follows config (7)
+	FieldVictimCRI:  false, // follows config (7)
+	FieldGrace:      true,
+	FieldMessage:    false, // (6b) container lines
+	FieldAdmitMsg:   false, // (8) cri-guard appends the observation
 }
 
 const (

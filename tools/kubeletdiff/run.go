@@ -509,9 +509,9 @@ func compareConfig(s *scenario, kc kubeletConfig, cc config.Config, ths []pressu
 			}
 			return n
 		}
-		softZero := false
-		for _, g := range s.Cfg.SoftGrace {
-			softZero = softZero || g == "0s"
+		softZero := false // cri-guard keeps a soft threshold with grace 0 soft
+		for _, t := range ct {
+			softZero = softZero || (!t.Hard && t.Grace == 0)
 		}
 		before := len(causes)
 		if _, ok := s.Cfg.Hard["memory.available"]; s.Cfg.Hard != nil && !ok && count(ct, "memory.available", true) > count(kt, "memory.available", true) {
