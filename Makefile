@@ -15,7 +15,7 @@ RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: build test unit integration run rt-up rt-down clean install verify-units
+.PHONY: build test unit kubeletdiff integration run rt-up rt-down clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -32,12 +32,19 @@ build:
 unit:
 	$(GO) test -race ./...
 
+# The differential test against the kubelet's own eviction manager (a module
+# of its own: the product's go.mod does not grow the kubelet's dependencies).
+# By hand: cd tools/kubeletdiff && go run . -seed N -count M
+kubeletdiff:
+	cd tools/kubeletdiff && $(GO) test -count=1 ./...
+
 # Runs every stage even when one fails, always tears the harness down, and
 # exits non-zero if anything failed.
 test:
 	@rc=0; \
 	trap 'scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
+	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
 	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \

@@ -65,6 +65,10 @@ type Config struct {
 	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim"`
 	EvictionPressureTransitionPeriod Duration          `json:"evictionPressureTransitionPeriod"`
 	EvictionMaxPodGracePeriod        Duration          `json:"evictionMaxPodGracePeriod"`
+	// EnforceNodeAllocatable is the kubelet's setting of the same name:
+	// with "pods" (its default) every hard memory.available threshold also
+	// applies to allocatableMemory.available.
+	EnforceNodeAllocatable []string `json:"enforceNodeAllocatable"`
 	PSITrigger                       string            `json:"psiTrigger"`
 
 	Critical       Critical `json:"critical"`
@@ -120,6 +124,7 @@ func Default() Config {
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
 		EvictionPressureTransitionPeriod: Duration{DefaultEvictionPressureTransitionPeriod},
 		EvictionMaxPodGracePeriod:        Duration{0}, // the kubelet's: no default in v1beta1
+		EnforceNodeAllocatable:           []string{"pods"},
 		PSITrigger:                       DefaultPSITrigger,
 		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
 		OnStatsError:                     "admit",
@@ -226,6 +231,13 @@ func (c Config) Validate() error {
 	}
 	if c.EvictionMaxPodGracePeriod.Duration < 0 {
 		add("evictionMaxPodGracePeriod", "must not be negative")
+	}
+	for i, v := range c.EnforceNodeAllocatable {
+		switch v {
+		case "pods", "system-reserved", "kube-reserved", "system-reserved-compressible", "kube-reserved-compressible", "none":
+		default:
+			add(fmt.Sprintf("enforceNodeAllocatable[%d]", i), "must be one of pods, system-reserved, kube-reserved, system-reserved-compressible, kube-reserved-compressible, none; got %q", v)
+		}
 	}
 	switch c.Critical.Rules {
 	case "modern", "seed":

@@ -39,8 +39,10 @@ log: {level: debug, format: json}
 				t.Fatalf("parsed wrong: %+v", c)
 			}
 			ts, err := c.Thresholds()
-			if err != nil || len(ts) != 4 {
-				t.Fatalf("thresholds = %v, %v; want 4", ts, err)
+			// the 4 given and the allocatable copy of the hard
+			// memory.available (enforceNodeAllocatable: [pods])
+			if err != nil || len(ts) != 5 {
+				t.Fatalf("thresholds = %v, %v; want 5", ts, err)
 			}
 		}},
 		// The kubelet's defaulting (issue 13): cmd/kubelet/app/server.go
@@ -63,6 +65,24 @@ log: {level: debug, format: json}
 				t.Fatalf("evictionHard = %v, want the default", c.EvictionHard)
 			}
 		}},
+		// helpers.go ParseThresholdConfig/addAllocatableThresholds
+		{name: "enforceNodeAllocatable pods copies hard memory.available to allocatable", yaml: "evictionHard: {memory.available: 1Gi}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 0s}\n", check: func(t *testing.T, c Config) {
+			ts, err := c.Thresholds()
+			var got []string
+			for _, th := range ts {
+				got = append(got, th.String())
+			}
+			want := "hard memory.available<1Gi,hard memory.available<2Gi,hard allocatableMemory.available<1Gi,hard allocatableMemory.available<2Gi"
+			if err != nil || strings.Join(got, ",") != want {
+				t.Fatalf("thresholds = %v, %v; want %s", got, err, want)
+			}
+		}},
+		{name: "enforceNodeAllocatable without pods: no copy", yaml: "evictionHard: {memory.available: 1Gi}\nenforceNodeAllocatable: []\n", check: func(t *testing.T, c Config) {
+			if ts, err := c.Thresholds(); err != nil || len(ts) != 1 {
+				t.Fatalf("thresholds = %v, %v; want only memory.available", ts, err)
+			}
+		}},
+		{name: "bad enforceNodeAllocatable", yaml: "enforceNodeAllocatable: [pod]\n", wantErr: []string{"enforceNodeAllocatable[0]: must be one of"}},
 		{name: "zero transition period is 5m", yaml: "evictionPressureTransitionPeriod: 0s\n", check: func(t *testing.T, c Config) {
 			if c.EvictionPressureTransitionPeriod.Duration != 5*time.Minute {
 				t.Fatalf("transition = %v, want 5m", c.EvictionPressureTransitionPeriod)

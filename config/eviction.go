@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
@@ -15,6 +16,9 @@ func (c Config) ThresholdConfig() pressure.ThresholdConfig {
 		SoftGracePeriod:  c.EvictionSoftGracePeriod,
 		MinimumReclaim:   c.EvictionMinimumReclaim,
 		TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
+		// the kubelet parses its thresholds with enforceNodeAllocatable
+		// (pkg/kubelet/eviction/helpers.go ParseThresholdConfig)
+		AllocatableFromHard: slices.Contains(c.EnforceNodeAllocatable, "pods"),
 	}
 }
 

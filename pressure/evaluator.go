@@ -123,12 +123,12 @@ func (e *Evaluator) Evaluate(now time.Time, obs map[Signal]Observation) Result {
 		st := &res.States[i]
 		st.Threshold = t
 		o, found := obs[t.Signal]
+		st.Limit, st.LimitKnown = t.Limit(o)
 		if !found {
 			e.acting[i], e.firstObserved[i] = false, time.Time{}
 			continue
 		}
 		st.Observed = true
-		st.Limit, st.LimitKnown = t.Limit(o)
 		m, met := thresholdMet(t, o, false)
 		st.Crossed = met
 		if !met && e.acting[i] && t.MinReclaim != nil {

@@ -101,6 +101,10 @@ type ThresholdConfig struct {
 	MinimumReclaim map[string]string
 	// TransitionPeriod is evictionPressureTransitionPeriod.
 	TransitionPeriod time.Duration
+	// AllocatableFromHard is enforceNodeAllocatable containing "pods": then
+	// every hard memory.available threshold also applies to
+	// allocatableMemory.available (helpers.go addAllocatableThresholds).
+	AllocatableFromHard bool
 }
 
 // ParseThresholds parses a threshold configuration with the kubelet's rules
@@ -171,6 +175,17 @@ func ParseThresholds(cfg ThresholdConfig) ([]Threshold, error) {
 		}
 		if r, ok := reclaim[t.Signal]; ok {
 			t.MinReclaim = &r
+		}
+	}
+	if cfg.AllocatableFromHard {
+		// the kubelet's addAllocatableThresholds: a copy of each hard
+		// memory.available threshold (a soft one with a 0s grace period
+		// included) on allocatableMemory.available, appended
+		for _, t := range out {
+			if t.Signal == SignalMemoryAvailable && t.Hard {
+				out = append(out, Threshold{Signal: SignalAllocatableMemoryAvailable, Operator: t.Operator, Hard: true,
+					Value: t.Value, MinReclaim: t.MinReclaim})
+			}
 		}
 	}
 	return out, nil

@@ -5,18 +5,18 @@ import (
 	"testing"
 )
 
-// mustAgree lists the fields that must agree 100% (of what CRI can observe).
-// With fixes (1)-(5) and (6a) of issue 13 merged, grace agrees; flip the
-// others as their causes are fixed (the run prints each remaining cause).
+// mustAgree lists the fields that must agree 100% (of what CRI, or CRI and
+// the API for "admission (with the API)", can observe).
 var mustAgree = map[string]bool{
-	FieldConfig:     false, // (7) allocatable copies of hard memory.available
-	FieldConditions: false, // follows config (7)
-	FieldAdmission:  false, // follows config (7)
-	FieldVictim:     false, // follows config (7)
-	FieldVictimCRI:  false, // follows config (7)
-	FieldGrace:      true,
-	FieldMessage:    false, // (6b) container lines
-	FieldAdmitMsg:   false, // (8) cri-guard appends the observation
+	FieldConfig:       true,
+	FieldConditions:   true,
+	FieldAdmission:    true,
+	FieldAdmissionAPI: true,
+	FieldVictim:       true,
+	FieldVictimCRI:    true,
+	FieldGrace:        true,
+	FieldMessage:      false, // (6b) the kubelet's container lines: per-container usage and requests
+	FieldAdmitMsg:     true,  // the kubelet's sentence first, cri-guard's observation after it
 }
 
 const (
