@@ -47,7 +47,8 @@ func Handler(status func() Status) http.Handler {
 }
 
 // Serve serves h on l until ctx ends, then shuts down within a second; the
-// unix listener removes its socket file when closed.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry) error {
-	return httpserve.Serve(ctx, l, h, "admin socket", log)
+// unix listener removes its socket file when closed. Connections are bounded
+// as the metrics endpoint's (httpserve.Limits).
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry, opts ...httpserve.Option) error {
+	return httpserve.Serve(ctx, l, h, "admin socket", log, opts...)
 }

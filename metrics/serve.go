@@ -31,7 +31,9 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves h on l until ctx ends, then shuts down within a second.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry) error {
-	return httpserve.Serve(ctx, l, h, "metrics", log)
+// Serve serves h on l until ctx ends, then shuts down within a second. Each
+// connection is bounded in time and their number is capped
+// (httpserve.Limits: production defaults unless opts say otherwise).
+func Serve(ctx context.Context, l net.Listener, h http.Handler, log *logrus.Entry, opts ...httpserve.Option) error {
+	return httpserve.Serve(ctx, l, h, "metrics", log, opts...)
 }

@@ -12,12 +12,16 @@ import (
 // FromSandboxConfig derives the Pod for a RunPodSandbox request. handler is
 // the request's runtime handler; now is cri-guard's clock (the kubelet sends
 // no creation time). The result is StatePending with no sandbox id. It fails
-// with ErrInvalid when cfg or its metadata is missing or the UID is empty,
-// and when rules has an unknown mode. An unparsable priority annotation is
+// with ErrInvalid when cfg or its metadata is missing, the UID is not one
+// CheckUID accepts, and when rules has an unknown mode. An unparsable priority annotation is
 // not an error: HasPriority stays false and a Warning is recorded.
 func FromSandboxConfig(cfg *runtimeapi.PodSandboxConfig, handler string, rules CriticalRules, now time.Time) (*Pod, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("pod from sandbox config: no config: %w", ErrInvalid)
+	}
+	if err := CheckUID(cfg.GetMetadata().GetUid()); err != nil {
+		md := cfg.GetMetadata()
+		return nil, fmt.Errorf("pod %q: %w", md.GetNamespace()+"/"+md.GetName(), err)
 	}
 	p, err := fromConfig(cfg, rules)
 	if err != nil {
@@ -27,6 +31,37 @@ func FromSandboxConfig(cfg *runtimeapi.PodSandboxConfig, handler string, rules C
 	p.State = StatePending
 	p.Created = now
 	return p, nil
+}
+
+// MaxUIDBytes is the longest pod UID accepted. The kubelet's UIDs are UUIDs
+// (36 bytes) or, for static pods, 32 hex digits; the checkpoint store names
+// files after the UID and takes at most 200 bytes.
+const MaxUIDBytes = 200
+
+// CheckUID accepts the pod UIDs a pod record can be kept under: the UID
+// becomes a checkpoint file name on its own, so it must be non-empty, at
+// most MaxUIDBytes, made of letters, digits and "-_.:" only, and must not
+// start with a dot ("." and ".." included). This is exactly what the
+// checkpoint store accepts; anything else is ErrInvalid, so that a
+// RunPodSandbox carrying it is InvalidArgument before anything is written.
+func CheckUID(uid string) error {
+	if uid == "" {
+		return fmt.Errorf("empty uid: %w", ErrInvalid)
+	}
+	if len(uid) > MaxUIDBytes {
+		return fmt.Errorf("uid of %d bytes, at most %d: %w", len(uid), MaxUIDBytes, ErrInvalid)
+	}
+	if uid[0] == '.' {
+		return fmt.Errorf("uid %q starts with a dot: %w", uid, ErrInvalid)
+	}
+	for i := 0; i < len(uid); i++ {
+		switch c := uid[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
+		default:
+			return fmt.Errorf("uid %q: byte %q not allowed (letters, digits, \"-_.:\"): %w", uid, c, ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // fromConfig fills identity, labels, annotations, cgroup parent, QoS, memory

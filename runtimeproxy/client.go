@@ -2,6 +2,7 @@ package runtimeproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -172,10 +173,25 @@ func (c *Client) NewStream(ctx context.Context, method string, opts ...grpc.Call
 }
 
 // MapError rewrites a transport-level Unavailable (the runtime socket could not
-// be reached) into one that names the endpoint; every other error, including
-// an Unavailable containerd itself returned while connected, is returned
+// be reached, or the connection broke under the call) into one that names the
+// endpoint and matches ErrTransport; every other error, including an
+// Unavailable containerd itself returned while connected, is returned
 // unchanged.
 func (c *Client) MapError(err error) error { return c.mapErr(err) }
+
+// ErrTransport is matched (errors.Is) by the error of a call that failed in
+// gRPC's transport rather than with a status the runtime sent: the runtime
+// socket could not be reached, or the connection broke under the call. The
+// error carries its codes.Unavailable status (GRPCStatus), so it reaches the
+// kubelet as it is.
+var ErrTransport = errors.New("runtime transport failure")
+
+// transportError is an Unavailable raised by gRPC's transport.
+type transportError struct{ st *status.Status }
+
+func (e *transportError) Error() string              { return e.st.Err().Error() }
+func (e *transportError) GRPCStatus() *status.Status { return e.st }
+func (e *transportError) Is(target error) bool       { return target == ErrTransport }
 
 func (c *Client) mapErr(err error) error {
 	if err == nil {
@@ -189,9 +205,9 @@ func (c *Client) mapErr(err error) error {
 		return err // containerd's own Unavailable: unchanged
 	}
 	if strings.Contains(st.Message(), c.endpoint) {
-		return err
+		return &transportError{st: st}
 	}
-	return status.Errorf(codes.Unavailable, "runtime endpoint %s unavailable: %s", c.endpoint, st.Message())
+	return &transportError{st: status.Newf(codes.Unavailable, "runtime endpoint %s unavailable: %s", c.endpoint, st.Message())}
 }
 
 // transportFailure reports whether an Unavailable message is gRPC's own for a

@@ -18,6 +18,10 @@
 // whether a failed RunPodSandbox may have created a sandbox).
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
+// What one client can hold is bounded (see the Default* constants): streams
+// per connection, connections at once, idle connections, ping rate and the
+// handshake time, so that a flood on the socket cannot take cri-guard's
+// memory or descriptors from the kubelet.
 //
 // The server may import runtimeproxy, pod and internal/unixsock (the socket
 // rules it shares with the admin socket); it must not import the sync

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -98,9 +99,16 @@ func (s *Server) forwardHooked(ss grpc.ServerStream, method string, h UnaryHook)
 	req := in.Bytes()
 	in.Free()
 	next := func(ctx context.Context, b []byte) ([]byte, error) {
-		var out runtimeproxy.Frame
+		var (
+			out runtimeproxy.Frame
+			// set by gRPC only when the call got onto a connection
+			on peer.Peer
+		)
 		defer out.Free()
-		if err := s.backend.Invoke(ctx, method, runtimeproxy.NewFrame(b), &out); err != nil {
+		if err := s.backend.Invoke(ctx, method, runtimeproxy.NewFrame(b), &out, grpc.Peer(&on)); err != nil {
+			if on.Addr == nil {
+				return nil, unsentError{err}
+			}
 			return nil, err
 		}
 		return out.Bytes(), nil
@@ -111,6 +119,14 @@ func (s *Server) forwardHooked(ss grpc.ServerStream, method string, h UnaryHook)
 	}
 	return ss.SendMsg(runtimeproxy.NewFrame(resp))
 }
+
+// unsentError is the error of a hooked call that never got onto a
+// connection to the runtime (none was up, or the wait for one ended): the
+// runtime never saw the request. Its status is the call's, unchanged.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error              { return e.error }
+func (e unsentError) GRPCStatus() *status.Status { return status.Convert(e.error) }
 
 // forwardStream pumps a call of unknown shape: client messages to the
 // runtime until the client half-closes, runtime messages back until the

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // SandboxGuard is what the sandbox interceptions need of the sync loop.
@@ -67,12 +69,26 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 }
 
 // maybeCreated reports whether a RunPodSandbox that failed with err may
-// still have created a sandbox: the call ended without the runtime's
-// answer (deadline, cancellation, a connection lost under the call).
+// still have created a sandbox: only when the request may have reached the
+// runtime and its answer did not come back (the deadline passed, the call
+// was cancelled, or the connection broke under it). A request that never
+// got onto a connection created nothing, and neither did one the runtime
+// answered with a status, whatever its code: containerd answers many
+// definite failures (an unknown runtime handler, a failed network setup)
+// with codes.Unknown. A retried attempt whose sandbox exists keeps its
+// record in the sync loop whatever this says.
 func maybeCreated(err error) bool {
+	var unsent unsentError
+	if errors.As(err, &unsent) {
+		return false
+	}
 	switch status.Code(err) {
-	case codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+	case codes.DeadlineExceeded, codes.Canceled:
 		return true
+	case codes.Unavailable:
+		// gRPC's own, for a connection lost under the call; an
+		// Unavailable the runtime sent is an answer
+		return errors.Is(err, runtimeproxy.ErrTransport)
 	}
 	return false
 }

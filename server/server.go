@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
@@ -18,6 +20,33 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxConcurrentStreams bounds the calls open at once on one
+	// connection (SETTINGS_MAX_CONCURRENT_STREAMS); streams beyond it are
+	// refused (RST_STREAM REFUSED_STREAM). A gRPC client such as the
+	// kubelet's never sees that: it queues calls until a stream is free. The
+	// kubelet has at most a few hundred calls in flight (pod workers, one
+	// event stream), so 1000 is never reached by it and bounds what one
+	// connection costs (a goroutine and buffers per stream).
+	DefaultMaxConcurrentStreams = 1000
+	// DefaultMaxConnections caps the connections served at once on the CRI
+	// socket; more wait in the kernel's accept queue. The kubelet keeps two,
+	// crictl two per command, node agents a few.
+	DefaultMaxConnections = 1024
+	// DefaultMaxConnectionIdle closes (GOAWAY) a connection that had no
+	// open call for this long. The kubelet calls every second (PLEG
+	// relist) and gRPC reconnects transparently on the next call, so it
+	// never notices; connections left open by others are freed.
+	DefaultMaxConnectionIdle = 5 * time.Minute
+	// keepaliveMinTime is the shortest ping interval tolerated, with or
+	// without open calls; a client pinging faster is sent GOAWAY
+	// (too_many_pings). The kubelet's CRI client (k8s.io/cri-client) sends
+	// no keepalive pings; 10s is the least a grpc-go client can be
+	// configured to use, so no gRPC client is ever cut off for pinging.
+	keepaliveMinTime = 10 * time.Second
+	// connectionTimeout bounds the HTTP/2 handshake of a new connection
+	// (gRPC's default is 120s): a connection that never sends its preface
+	// does not hold a slot of MaxConnections for long.
+	connectionTimeout = 20 * time.Second
 	// windowSize is the fixed HTTP/2 flow-control window (stream and
 	// connection). Fixed windows switch off BDP estimation pings.
 	windowSize = 1 << 20
@@ -36,6 +65,15 @@ type Config struct {
 	// StreamWorkers is the number of pooled goroutines serving calls; 0 means
 	// GOMAXPROCS.
 	StreamWorkers int
+	// MaxConcurrentStreams bounds the calls open at once per connection;
+	// 0 means DefaultMaxConcurrentStreams.
+	MaxConcurrentStreams uint32
+	// MaxConnections caps the connections served at once; 0 means
+	// DefaultMaxConnections.
+	MaxConnections int
+	// MaxConnectionIdle closes connections without calls for this long;
+	// 0 means DefaultMaxConnectionIdle.
+	MaxConnectionIdle time.Duration
 	// Observer, when set, is told of every call (see observe.go).
 	Observer Observer
 	// SubscribeEvents, when set, serves GetContainerEvents from a shared
@@ -96,6 +134,15 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 	if cfg.StreamWorkers <= 0 {
 		cfg.StreamWorkers = runtime.GOMAXPROCS(0)
 	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxConnectionIdle <= 0 {
+		cfg.MaxConnectionIdle = DefaultMaxConnectionIdle
+	}
 	s := &Server{
 		cfg:     cfg,
 		backend: backend,
@@ -115,19 +162,24 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 		grpc.InitialConnWindowSize(windowSize),
 		grpc.NumStreamWorkers(uint32(cfg.StreamWorkers)),
 		grpc.SharedWriteBuffer(true),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.MaxConnectionIdle}),
+		grpc.ConnectionTimeout(connectionTimeout),
 	)
 	return s, nil
 }
 
 // Listen opens the unix socket (see listenUnix for the rules on what may
-// already be there). Calls are accepted from Serve on.
+// already be there). Calls are accepted from Serve on, on at most
+// MaxConnections connections at once.
 func (s *Server) Listen() error {
 	l, err := listenUnix(s.cfg.Listen)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.lis = l
+	s.lis = netutil.LimitListener(l, s.cfg.MaxConnections)
 	s.mu.Unlock()
 	return nil
 }

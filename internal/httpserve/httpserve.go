@@ -1,5 +1,8 @@
 // Package httpserve serves an HTTP handler on a listener until a context
 // ends, for cri-guard's small HTTP endpoints (metrics, the admin socket).
+// Every connection is bounded in time and count (see Limits): a local user
+// who opens thousands of keep-alive connections to the loopback metrics port
+// must not take cri-guard's file descriptors from the CRI socket.
 // It imports nothing of cri-guard.
 package httpserve
 
@@ -12,13 +15,90 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/net/netutil"
 )
 
+// Production limits (Limits fields left zero). The endpoints serve small GET
+// requests to one scraper (Prometheus keeps one connection per target) or to
+// `cri-guard status`; these leave them ample room and bound everyone else.
+const (
+	// DefaultReadHeaderTimeout: a new connection must send its request
+	// headers within this long.
+	DefaultReadHeaderTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds reading a whole request (GETs, no body).
+	DefaultReadTimeout = 10 * time.Second
+	// DefaultWriteTimeout bounds writing a response to a slow reader; a
+	// scrape is tens of KiB on loopback.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes a keep-alive connection idle this long:
+	// longer than Prometheus's default 1m scrape interval, so a scraper
+	// keeps its connection between scrapes.
+	DefaultIdleTimeout = 90 * time.Second
+	// DefaultMaxHeaderBytes: request headers are a few hundred bytes
+	// (net/http's default is 1 MiB).
+	DefaultMaxHeaderBytes = 16 << 10
+	// DefaultMaxConns caps the connections served at once; further ones
+	// wait in the kernel's accept queue (holding no descriptor of ours)
+	// until one closes.
+	DefaultMaxConns = 64
+)
+
+// Limits bound what clients of an endpoint can hold. Zero fields take the
+// Default* values above.
+type Limits struct {
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	MaxConns          int
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&l.ReadTimeout, DefaultReadTimeout)
+	def(&l.WriteTimeout, DefaultWriteTimeout)
+	def(&l.IdleTimeout, DefaultIdleTimeout)
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	return l
+}
+
+// Option is an optional setting of Serve.
+type Option func(*Limits)
+
+// WithLimits replaces the production limits (tests use small timeouts);
+// zero fields still take the defaults.
+func WithLimits(l Limits) Option { return func(cur *Limits) { *cur = l } }
+
 // Serve serves h on l until ctx ends, then shuts down within a second. what
-// names the endpoint in errors ("metrics", "admin socket"). A unix listener
-// removes its socket file when closed.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, what string, log *logrus.Entry) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+// names the endpoint in errors ("metrics", "admin socket"). At most
+// MaxConns connections are served at once. A unix listener removes its
+// socket file when closed.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, what string, log *logrus.Entry, opts ...Option) error {
+	var lim Limits
+	for _, o := range opts {
+		o(&lim)
+	}
+	lim = lim.withDefaults()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.ReadHeaderTimeout,
+		ReadTimeout:       lim.ReadTimeout,
+		WriteTimeout:      lim.WriteTimeout,
+		IdleTimeout:       lim.IdleTimeout,
+		MaxHeaderBytes:    lim.MaxHeaderBytes,
+	}
+	l = netutil.LimitListener(l, lim.MaxConns)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {

@@ -1,0 +1,334 @@
+//go:build integration
+
+// Package hostile measures the built cri-guard binary (bin/cri-guard, from
+// make build) under the floods of issue 17, in front of an in-process fake
+// runtime: RSS, goroutines and descriptors during and after 100,000 HEADERS
+// frames on one CRI connection and 20,000 connection attempts on the
+// metrics port, and a CRI call's latency meanwhile. It logs figures and
+// checks only that cri-guard keeps serving; it stops within a minute.
+//
+//	make build && go test -tags integration -v -run TestHostile ./integration/hostile/
+package hostile
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+)
+
+type proc struct{ pid int }
+
+func (p proc) rssMiB() float64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.Atoi(strings.Fields(v)[0])
+			return float64(kb) / 1024
+		}
+	}
+	return -1
+}
+
+func (p proc) fds() int {
+	e, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.pid))
+	return len(e)
+}
+
+// goroutines reads go_goroutines from the metrics endpoint.
+func goroutines(addr string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return int(n)
+		}
+	}
+	return -1
+}
+
+// latency calls Version every 20ms until stop and reports the calls, the
+// failures and the slowest call.
+func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() string {
+	var (
+		mu       sync.Mutex
+		n, fails int
+		worst    time.Duration
+		all      []time.Duration
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			start := time.Now()
+			_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+			d := time.Since(start)
+			cancel()
+			mu.Lock()
+			n++
+			if err != nil {
+				fails++
+			}
+			worst = max(worst, d)
+			all = append(all, d)
+			mu.Unlock()
+		}
+	}()
+	return func() string {
+		<-done
+		slices.Sort(all)
+		p50 := time.Duration(0)
+		if len(all) > 0 {
+			p50 = all[len(all)/2]
+		}
+		return fmt.Sprintf("%d Version calls, %d failed, p50 %v, max %v", n, fails, p50.Round(10*time.Microsecond), worst.Round(10*time.Microsecond))
+	}
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestHostileMeasure(t *testing.T) {
+	bin, _ := filepath.Abs("../../bin/cri-guard")
+	if b := os.Getenv("CRI_GUARD_BIN"); b != "" { // e.g. an older build to compare
+		bin = b
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Skipf("%s missing: run make build first", bin)
+	}
+	dir, err := os.MkdirTemp("", "cgh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"))
+	procRoot, cgRoot := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
+	for _, d := range []string{filepath.Join(procRoot, "pressure"), cgRoot} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(procRoot, "meminfo"), []byte("MemTotal: 16777216 kB\nMemFree: 12582912 kB\nMemAvailable: 12582912 kB\nBuffers: 0 kB\nCached: 0 kB\n"), 0o644))
+	must(os.WriteFile(filepath.Join(procRoot, "pressure", "memory"), []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), 0o644))
+	metricsAddr := freePort(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	must(os.WriteFile(cfg, []byte(fmt.Sprintf("psiTrigger: \"\"\nmetricsAddress: %s\nadminSocket: %s\n", metricsAddr, filepath.Join(dir, "admin.sock"))), 0o644))
+	sock := filepath.Join(dir, "cri-guard.sock")
+	var logBuf bytes.Buffer
+	cmd := exec.Command(bin, "--config", cfg, "--listen", sock, "--runtime-endpoint", fake.Path,
+		"--state-dir", filepath.Join(dir, "state"), "--proc-root", procRoot, "--cgroup-root", cgRoot, "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
+	must(cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("cri-guard log:\n%s", logBuf.String())
+		}
+	})
+	p := proc{cmd.Process.Pid}
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	must(err)
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cri-guard not answering: %v\n%s", err, logBuf.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("idle: RSS %.1f MiB, %d fds, %d goroutines", p.rssMiB(), p.fds(), goroutines(metricsAddr))
+
+	// A: 100,000 HEADERS-only streams on one connection
+	{
+		const streams = 100_000
+		c, err := net.Dial("unix", sock)
+		must(err)
+		fr := http2.NewFramer(c, c)
+		var wmu sync.Mutex
+		var refused atomic.Int64
+		readDone := make(chan struct{})
+		go func() {
+			defer close(readDone)
+			for {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					return
+				}
+				switch f := f.(type) {
+				case *http2.RSTStreamFrame:
+					if f.ErrCode == http2.ErrCodeRefusedStream {
+						refused.Add(1)
+					}
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						wmu.Lock()
+						_ = fr.WriteSettingsAck()
+						wmu.Unlock()
+					}
+				}
+			}
+		}()
+		var buf bytes.Buffer
+		enc := hpack.NewEncoder(&buf)
+		for _, h := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", runtimeapi.RuntimeService_Version_FullMethodName}, {":authority", "localhost"}, {"content-type", "application/grpc"}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
+		}
+		stop := make(chan struct{})
+		lat := latency(rt, stop)
+		_, _ = io.WriteString(c, http2.ClientPreface)
+		wmu.Lock()
+		_ = fr.WriteSettings()
+		wmu.Unlock()
+		start := time.Now()
+		sent := 0
+		for i := range streams {
+			wmu.Lock()
+			err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: buf.Bytes(), EndHeaders: true})
+			wmu.Unlock()
+			if err != nil {
+				break
+			}
+			sent++
+		}
+		time.Sleep(time.Second)
+		t.Logf("HEADERS flood: %d of %d sent in %v, %d refused; during: RSS %.1f MiB, %d fds, %d goroutines",
+			sent, streams, time.Since(start).Round(time.Millisecond), refused.Load(), p.rssMiB(), p.fds(), goroutines(metricsAddr))
+		_ = c.Close()
+		<-readDone
+		time.Sleep(10 * time.Second)
+		close(stop)
+		t.Logf("HEADERS flood: 10s after close: RSS %.1f MiB, %d fds, %d goroutines; meanwhile %s", p.rssMiB(), p.fds(), goroutines(metricsAddr), lat())
+	}
+
+	// B: 20,000 connection attempts on the metrics port, at most 4,000 held
+	// open by this test at once (its own descriptor limit)
+	{
+		const attempts, held, dialers = 20_000, 4_000, 400
+		stop := make(chan struct{})
+		lat := latency(rt, stop)
+		var (
+			mu       sync.Mutex
+			open     []net.Conn
+			ok, fail atomic.Int64
+			next     atomic.Int64
+			wg       sync.WaitGroup
+			peakFDs  atomic.Int64
+			peakRSS  atomic.Int64
+		)
+		sampleDone := make(chan struct{})
+		go func() {
+			defer close(sampleDone)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				if n := int64(p.fds()); n > peakFDs.Load() {
+					peakFDs.Store(n)
+				}
+				if r := int64(p.rssMiB() * 1024); r > peakRSS.Load() {
+					peakRSS.Store(r)
+				}
+			}
+		}()
+		start := time.Now()
+		for range dialers {
+			wg.Go(func() {
+				for next.Add(1) <= attempts {
+					c, err := net.DialTimeout("tcp", metricsAddr, 200*time.Millisecond)
+					if err != nil {
+						fail.Add(1)
+						continue
+					}
+					ok.Add(1)
+					_, _ = io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+					mu.Lock()
+					open = append(open, c)
+					if len(open) > held {
+						_ = open[0].Close()
+						open = open[1:]
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		during := fmt.Sprintf("RSS %.1f MiB, %d fds", p.rssMiB(), p.fds())
+		mu.Lock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		time.Sleep(2 * time.Second)
+		close(stop)
+		<-sampleDone
+		t.Logf("metrics flood: %d attempts in %v (%d connected, %d failed); at the end %s; peak %d fds, RSS %.1f MiB; 2s after: RSS %.1f MiB, %d fds; meanwhile %s",
+			attempts, elapsed.Round(time.Millisecond), ok.Load(), fail.Load(), during, peakFDs.Load(), float64(peakRSS.Load())/1024, p.rssMiB(), p.fds(), lat())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
+		t.Errorf("Version after the floods: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+)
+
+func burstableConfig(name string) *runtimeapi.PodSandboxConfig {
+	c := sandboxConfig(name)
+	c.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/burstable/pod" + c.Metadata.Uid}
+	return c
+}
+
+// TestRunPodSandboxInvalidUID: a UID that cannot name a checkpoint file is
+// InvalidArgument, decided before admission and never forwarded.
+func TestRunPodSandboxInvalidUID(t *testing.T) {
+	g := &policyGuard{}
+	e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+	for _, uid := range []string{strings.Repeat("u", 300), "bad/uid", "..", "."} {
+		c := burstableConfig("p")
+		c.Metadata.Uid = uid
+		_, err := e.proxy.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: c})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("uid %.20q: err = %v, want InvalidArgument", uid, err)
+		}
+	}
+	if n := runCalls(e); n != 0 || len(g.seen()) != 0 {
+		t.Errorf("invalid uids reached the runtime (%d calls) or the guard (%v)", n, g.seen())
+	}
+}
+
+// TestRunPodSandboxFailureOutcome: what a failed RunPodSandbox tells the
+// guard (notCreated: the pending record can go) follows from what the call
+// proves. The runtime's answer, any code, proves nothing was created; no
+// answer (deadline, cancellation, a connection lost under the call) does
+// not; a call that never got onto a connection created nothing.
+func TestRunPodSandboxFailureOutcome(t *testing.T) {
+	const method = runtimeapi.RuntimeService_RunPodSandbox_FullMethodName
+	tests := []struct {
+		name           string
+		setup          func(t *testing.T, e *env) (context.Context, func())
+		code           codes.Code
+		wantNotCreated bool
+	}{
+		{
+			name: "containerd answers Unknown (unknown runtime handler)",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.Unknown, `failed to get sandbox runtime: no runtime for "nope" is configured`))
+				return context.Background(), nil
+			},
+			code: codes.Unknown, wantNotCreated: true,
+		},
+		{
+			name: "containerd answers Unavailable",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.Unavailable, "sandbox store busy"))
+				return context.Background(), nil
+			},
+			code: codes.Unavailable, wantNotCreated: true,
+		},
+		{
+			name: "deadline while containerd works",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Delay(method, 5*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				return ctx, cancel
+			},
+			code: codes.DeadlineExceeded, wantNotCreated: false,
+		},
+		{
+			name: "connection lost under the call",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Delay(method, 10*time.Second)
+				stop := make(chan struct{})
+				go func() {
+					// kill the runtime once it has the request
+					waitFor(5*time.Second, func() bool {
+						return slices.ContainsFunc(e.fake.Calls(), func(c fakeruntime.Call) bool { return c.Method == method })
+					})
+					e.fake.Stop()
+					close(stop)
+				}()
+				return context.Background(), func() { <-stop }
+			},
+			code: codes.Unavailable, wantNotCreated: false,
+		},
+		{
+			name: "no connection to the runtime",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				if _, err := e.backend.Runtime().Version(context.Background(), &runtimeapi.VersionRequest{}); err != nil {
+					t.Fatal(err)
+				}
+				e.fake.Stop()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				for s := e.backend.State(); s == connectivity.Ready; s = e.backend.State() {
+					e.backend.WaitForStateChange(ctx, s)
+				}
+				return context.Background(), nil
+			},
+			code: codes.Unavailable, wantNotCreated: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &policyGuard{}
+			e := newEnv(t, SandboxHooks(g, pod.CriticalRules{Mode: pod.ModeModern}, nil))
+			ctx, done := tt.setup(t, e)
+			_, err := e.proxy.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: burstableConfig("bu")})
+			if done != nil {
+				done()
+			}
+			if status.Code(err) != tt.code {
+				t.Fatalf("err = %v, want %v", err, tt.code)
+			}
+			want := "failed uid-bu/0 notCreated=" + map[bool]string{true: "true", false: "false"}[tt.wantNotCreated]
+			// the kubelet's deadline may end its call before the guard is told
+			if !waitFor(5*time.Second, func() bool { return slices.Contains(g.seen(), want) }) {
+				t.Errorf("guard told %v, want %q (err %v)", g.seen(), want, err)
+			}
+		})
+	}
+}
