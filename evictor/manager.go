@@ -3,6 +3,7 @@ package evictor
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -342,4 +343,31 @@ func (m *Manager) MarkEvicted(p *pod.Pod, at time.Time) {
 	if _, ok := m.evicted[p.UID]; !ok {
 		m.evicted[p.UID] = evictedPod{pod: p, at: at}
 	}
+}
+
+// ContainerMemory is one container of an evicted pod for its message: its
+// memory working set and its memory request (Request nil: not known, as
+// for a Burstable pod without the API; it then gets no sentence).
+type ContainerMemory struct {
+	Name            string
+	WorkingSetBytes int64
+	Request         *resource.Quantity
+}
+
+// ContainerMessage is what the kubelet's evictionMessage adds for each
+// container using more memory than it requests ("Container c was using
+// 120Mi, request is 0, has larger consumption of memory. "), in the order
+// given; usage equal to the request is not more.
+func ContainerMessage(cs []ContainerMemory) string {
+	var b strings.Builder
+	for _, c := range cs {
+		if c.Request == nil {
+			continue
+		}
+		usage := resource.NewQuantity(c.WorkingSetBytes, resource.BinarySI)
+		if usage.Cmp(*c.Request) > 0 {
+			fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of memory. ", c.Name, usage.String(), c.Request.String())
+		}
+	}
+	return b.String()
 }

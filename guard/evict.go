@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/evictor"
@@ -28,6 +30,9 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	victim := cur.Clone()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
+		// the kubelet's message names the containers over their request,
+		// from their stats before the stop
+		extra := l.containerMessage(ctx, victim)
 		err := l.stopPod(ctx, victim, func(ctrs []*runtimeapi.Container) time.Duration {
 			if victim.HasTerminationGracePeriod { // from the API
 				return e.PodGrace(victim.TerminationGracePeriod, true)
@@ -36,7 +41,12 @@ func (l *Loop) evict(e *evictor.Eviction) {
 			return e.PodGrace(tgps, known)
 		})
 		cancel()
-		l.post(func() { l.settleEviction(e, victim.SandboxID, err) })
+		l.post(func() {
+			if err == nil {
+				e.Message += extra
+			}
+			l.settleEviction(e, victim.SandboxID, err)
+		})
 	}()
 }
 
@@ -79,6 +89,51 @@ func (l *Loop) post(f func()) {
 	case l.updates <- f:
 	case <-l.done:
 	}
+}
+
+// containerMessage is the kubelet's sentences for the pod's containers that
+// use more memory than they request (evictor.ContainerMessage), from the
+// runtime's container stats. Requests come from the API; without it only a
+// BestEffort pod's are known (none). Empty when stats cannot be read: the
+// message is then the node's alone (logged at debug).
+func (l *Loop) containerMessage(ctx context.Context, p *pod.Pod) string {
+	if !p.FromAPI && p.QOS != pod.BestEffort {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	stats, err := l.rt.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{PodSandboxId: p.SandboxID})
+	if err != nil {
+		l.log.WithError(err).WithFields(podFields(p)).Debug("no container stats for the eviction message")
+		return ""
+	}
+	usage := map[string]int64{}
+	var names []string
+	for _, s := range stats {
+		name := s.GetAttributes().GetMetadata().GetName()
+		if ws := s.GetMemory().GetWorkingSetBytes(); ws != nil && name != "" {
+			if _, dup := usage[name]; !dup {
+				names = append(names, name)
+			}
+			usage[name] = int64(ws.GetValue())
+		}
+	}
+	var cs []evictor.ContainerMemory
+	if p.FromAPI {
+		for _, c := range p.Containers { // spec order
+			if u, ok := usage[c.Name]; ok {
+				q := c.MemoryRequest
+				cs = append(cs, evictor.ContainerMemory{Name: c.Name, WorkingSetBytes: u, Request: &q})
+			}
+		}
+	} else {
+		slices.Sort(names)
+		var zero resource.Quantity // BestEffort: no container requests memory
+		for _, n := range names {
+			cs = append(cs, evictor.ContainerMemory{Name: n, WorkingSetBytes: usage[n], Request: &zero})
+		}
+	}
+	return evictor.ContainerMessage(cs)
 }
 
 // minimumStopGrace is the least time a container is given to stop: the

@@ -284,3 +284,24 @@ func TestStopGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestEvictionMessageNamesContainers: the eviction message gets the
+// kubelet's sentence for each container over its request, from the
+// runtime's container stats (a BestEffort pod requests nothing).
+func TestEvictionMessageNamesContainers(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.usage = map[string]uint64{"c-s1": 120 << 20}
+	api := &fakeAPI{pods: map[string]pod.API{}}
+	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api)
+	h.sampler.set(512 << 20)
+	if err := h.loop.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.settled(t)
+	want := "evict p1 The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. " +
+		"Container main was using 120Mi, request is 0, has larger consumption of memory. "
+	if got := api.reports(); !slices.Equal(got, []string{want}) {
+		t.Fatalf("reports %q, want %q", got, want)
+	}
+}

@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	// stopHang, when set, makes StopPodSandbox wait for it or ctx.
 	stopErrs []error
 	stopHang chan struct{}
+	usage    map[string]uint64 // container working sets, by id
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -84,6 +85,24 @@ func (f *fakeRuntime) ListContainers(_ context.Context, filter *runtimeapi.Conta
 		if filter == nil || filter.PodSandboxId == "" || c.PodSandboxId == filter.PodSandboxId {
 			out = append(out, c)
 		}
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) ListContainerStats(_ context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*runtimeapi.ContainerStats
+	for _, c := range f.ctrs {
+		if filter != nil && filter.PodSandboxId != "" && c.PodSandboxId != filter.PodSandboxId {
+			continue
+		}
+		name := c.GetMetadata().GetName()
+		if name == "" {
+			name = "main"
+		}
+		out = append(out, &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{Id: c.Id, Metadata: &runtimeapi.ContainerMetadata{Name: name}},
+			Memory: &runtimeapi.MemoryUsage{WorkingSetBytes: &runtimeapi.UInt64Value{Value: f.usage[c.Id]}}})
 	}
 	return out, nil
 }

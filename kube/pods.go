@@ -79,6 +79,9 @@ func APIOf(p *corev1.Pod) pod.API {
 		}
 	}
 	_, a.Mirror = p.Annotations[corev1.MirrorPodAnnotationKey]
+	for _, c := range p.Spec.Containers {
+		a.Containers = append(a.Containers, pod.ContainerRequest{Name: c.Name, MemoryRequest: c.Resources.Requests[corev1.ResourceMemory]})
+	}
 	return a
 }
 

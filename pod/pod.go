@@ -114,6 +114,9 @@ type Pod struct {
 	// node.kubernetes.io/memory-pressure:NoSchedule taint, so the kubelet
 	// admits it under MemoryPressure even when it is BestEffort.
 	ToleratesMemoryPressure bool `json:"toleratesMemoryPressure,omitempty"`
+	// Containers are the pod's containers and memory requests from the API
+	// (nil without it); not checkpointed: the API says it again.
+	Containers []ContainerRequest `json:"-"`
 
 	// SandboxID is containerd's id of the sandbox, once known.
 	SandboxID string `json:"sandboxId,omitempty"`
@@ -158,6 +161,7 @@ func (p *Pod) Clone() *Pod {
 	c.Labels = maps.Clone(p.Labels)
 	c.Annotations = maps.Clone(p.Annotations)
 	c.Warnings = slices.Clone(p.Warnings)
+	c.Containers = slices.Clone(p.Containers)
 	return &c
 }
 

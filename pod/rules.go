@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Critical-rule modes (CriticalRules.Mode).
@@ -130,6 +132,15 @@ type API struct {
 	ToleratesMemoryPressure bool
 	// Mirror is true for the mirror pod of a static pod.
 	Mirror bool
+	// Containers are the pod's containers in spec order with their memory
+	// requests (zero when none), for the eviction message.
+	Containers []ContainerRequest
+}
+
+// ContainerRequest is one container's memory request as the pod spec says it.
+type ContainerRequest struct {
+	Name          string
+	MemoryRequest resource.Quantity
 }
 
 // ApplyAPI completes p with what the API says of it and classifies it
@@ -144,6 +155,7 @@ func (r CriticalRules) ApplyAPI(p *Pod, a API) {
 		p.TerminationGracePeriod, p.HasTerminationGracePeriod = *a.TerminationGracePeriod, true
 	}
 	p.ToleratesMemoryPressure = a.ToleratesMemoryPressure
+	p.Containers = slices.Clone(a.Containers)
 	warnings := p.Warnings // said once, when the record was made
 	err := r.classify(p)
 	p.Warnings = warnings

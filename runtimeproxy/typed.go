@@ -37,6 +37,15 @@ func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.Containe
 	return resp.GetContainers(), nil
 }
 
+// ListContainerStats lists the stats of containers matching filter.
+func (c *Client) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	resp, err := c.runtime.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: filter})
+	if err != nil {
+		return nil, fmt.Errorf("list container stats: %w", c.mapErr(err))
+	}
+	return resp.GetStats(), nil
+}
+
 // StopContainer stops a container, giving it timeoutSeconds before SIGKILL.
 // A container that is gone (NotFound) is stopped: nil, as the kubelet takes it.
 func (c *Client) StopContainer(ctx context.Context, id string, timeoutSeconds int64) error {

@@ -15,8 +15,8 @@ var mustAgree = map[string]bool{
 	FieldVictim:       true,
 	FieldVictimCRI:    true,
 	FieldGrace:        true,
-	FieldMessage:      false, // (6b) the kubelet's container lines: per-container usage and requests
-	FieldAdmitMsg:     true,  // the kubelet's sentence first, cri-guard's observation after it
+	FieldMessage:      true, // with the containers' stats and requests (the API's, or a BestEffort pod's none)
+	FieldAdmitMsg:     true, // the kubelet's sentence first, cri-guard's observation after it
 }
 
 const (

@@ -153,6 +153,11 @@ func runScenario(s *scenario, dir string, r *report) error {
 				return fmt.Errorf("seed %d step %d: cri-guard synchronize: %w", s.Seed, i, err)
 			}
 			if e != nil {
+				// what cri-guard's loop adds from the runtime's container
+				// stats before the stop (guard containerMessage): requests
+				// from the API when it has them (withReq), else only a
+				// BestEffort pod's (none)
+				e.Message += evictor.ContainerMessage(containerMemory(p0(active, e.Pod.UID), st, c.requests))
 				c.mgr.Evicted(e)
 			}
 			evs[j] = e
@@ -557,3 +562,42 @@ func compareConfig(s *scenario, kc kubeletConfig, cc config.Config, ths []pressu
 // cause is a difference's cause, constant so that differences group, and the
 // scenario's particulars.
 type cause struct{ Cause, Detail string }
+
+// p0 finds the active pod with this UID.
+func p0(active []*podSpec, uid string) *podSpec {
+	for _, p := range active {
+		if p.UID == uid {
+			return p
+		}
+	}
+	return nil
+}
+
+// containerMemory is what cri-guard knows of a pod's containers for its
+// eviction message: the stats of this step, and the requests when they are
+// observable (withRequests: the API's; else only a BestEffort pod's zero).
+func containerMemory(p *podSpec, st step, withRequests bool) []evictor.ContainerMemory {
+	if p == nil {
+		return nil
+	}
+	usage, ok := st.Usage[p.UID]
+	if !ok {
+		return nil
+	}
+	var out []evictor.ContainerMemory
+	for j, c := range p.Containers {
+		var req *resource.Quantity
+		switch {
+		case withRequests:
+			q := resource.Quantity{}
+			if c.Request > 0 {
+				q = *resource.NewQuantity(c.Request, resource.BinarySI)
+			}
+			req = &q
+		case p.QOS == pod.BestEffort:
+			req = &resource.Quantity{}
+		}
+		out = append(out, evictor.ContainerMemory{Name: c.Name, WorkingSetBytes: usage[j], Request: req})
+	}
+	return out
+}
