@@ -69,7 +69,7 @@ type Config struct {
 	// with "pods" (its default) every hard memory.available threshold also
 	// applies to allocatableMemory.available.
 	EnforceNodeAllocatable []string `json:"enforceNodeAllocatable"`
-	PSITrigger                       string            `json:"psiTrigger"`
+	PSITrigger             string   `json:"psiTrigger"`
 
 	Critical       Critical `json:"critical"`
 	OnStatsError   string   `json:"onStatsError"`
