@@ -112,14 +112,17 @@ func New(cfg Config, o Options) (*Manager, error) {
 	}, nil
 }
 
-// SetThresholds replaces the thresholds (SIGHUP reload); the condition
-// history starts again. Status shows the new thresholds at once, unobserved
-// until the next pass.
-func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duration) {
+// SetThresholds replaces the thresholds (SIGHUP reload) and evaluates them
+// at once. What was observed is kept for the thresholds that did not
+// change, and the condition's history too (pressure.Evaluator.Update): a
+// reload never drops MemoryPressure early nor restarts a grace period. It
+// returns the thresholds added and removed.
+func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duration) (added, removed []string) {
 	m.cfg.Thresholds = ts
 	m.cfg.TransitionPeriod = transition
-	m.eval = pressure.NewEvaluator(ts, transition)
+	added, removed = m.eval.Update(ts, transition)
 	m.Observe()
+	return added, removed
 }
 
 // Observe samples the node and evaluates the thresholds, the first half of

@@ -106,6 +106,7 @@ type Loop struct {
 
 	// owned by the loop goroutine
 	pods       map[string]*pod.Pod // by pod key
+	unsaved    map[string]bool     // pod keys whose last checkpoint write failed
 	evicting   *evictor.Eviction   // the eviction whose stop is under way
 	lastResync time.Time           // when housekeeping last listed the runtime's sandboxes
 	closeOnce  sync.Once
@@ -139,6 +140,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		trigger: make(chan struct{}, 1),
 		ready:   make(chan struct{}),
 		pods:    map[string]*pod.Pod{},
+		unsaved: map[string]bool{},
 		done:    make(chan struct{}),
 	}, nil
 }
@@ -233,6 +235,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	if why != "psi-follow-up" || l.now().Sub(l.lastResync) >= followUpResync {
 		l.lastResync = l.now()
 		l.resync(ctx)
+		l.retryUnsaved()
 	}
 	if l.evicting != nil {
 		// one eviction at a time: the next waits until this one is done;
@@ -324,13 +327,39 @@ func (l *Loop) bySandbox(id string) *pod.Pod {
 	return found
 }
 
-// checkpoint writes the pod's record; errors are logged and returned.
+// checkpoint writes the pod's record (loop goroutine). A failed write is
+// logged once and counted (checkpoint_operations_total), the record stays in
+// memory, and housekeeping writes it again until it succeeds
+// (retryUnsaved): what the record guards (the re-admission guard is in the
+// evictor's memory) holds meanwhile.
 func (l *Loop) checkpoint(p *pod.Pod) error {
 	if err := l.store.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}); err != nil {
-		l.log.WithError(err).WithFields(podFields(p)).Error("cannot write checkpoint")
+		if !l.unsaved[p.Key()] {
+			l.log.WithError(err).WithFields(podFields(p)).Error("cannot write checkpoint: kept in memory, written again on each housekeeping pass")
+		}
+		l.unsaved[p.Key()] = true
 		return fmt.Errorf("checkpoint pod %q: %w", p.String(), err)
 	}
+	if l.unsaved[p.Key()] {
+		delete(l.unsaved, p.Key())
+		l.log.WithFields(podFields(p)).Info("checkpoint written after earlier failures")
+	}
 	return nil
+}
+
+// retryUnsaved writes again the records whose last write failed (loop
+// goroutine).
+func (l *Loop) retryUnsaved() {
+	for key := range l.unsaved {
+		p, ok := l.pods[key]
+		if !ok {
+			delete(l.unsaved, key) // gone meanwhile: nothing to write
+			continue
+		}
+		if l.checkpoint(p) != nil {
+			return // the disk is still full: try again next pass
+		}
+	}
 }
 
 func podFields(p *pod.Pod) logrus.Fields {

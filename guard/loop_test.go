@@ -99,20 +99,37 @@ func TestAdmitSandbox(t *testing.T) {
 	}
 }
 
-func TestAdmitSandboxCheckpointFailureRefusesForwarding(t *testing.T) {
+// TestCheckpointFailureNeverRefuses: a state disk that cannot be written
+// (full) refuses no pod, critical or not; the records are kept in memory
+// and written once the disk takes them again.
+func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	h := newHarness(t, true)
 	h.start(t)
-	h.store.err = errors.New("disk full")
-	forwarded := false
-	_, err := h.loop.RunPodSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false), func(context.Context) (string, bool, error) {
-		forwarded = true
-		return "sb1", false, nil
-	})
-	if err == nil || forwarded {
-		t.Fatalf("err = %v, forwarded = %v: want an error, unforwarded, when the pending checkpoint cannot be written", err, forwarded)
+	h.store.mu.Lock()
+	h.store.err = errors.New("no space left on device")
+	h.store.mu.Unlock()
+	for _, p := range []*pod.Pod{newPod("crit", 0, pod.BestEffort, true), newPod("plain", 0, pod.Burstable, false)} {
+		h.rt.addSandbox("sb-"+p.UID, p.UID, 0, true, time.Unix(1, 0)) // what containerd creates
+		if id, err := h.run(p, "sb-"+p.UID, nil, false); err != nil || id != "sb-"+p.UID {
+			t.Fatalf("%s with the disk full: %q, %v; want admitted and created", p.UID, id, err)
+		}
 	}
-	if n := len(h.loop.Pods()); n != 0 {
-		t.Fatalf("pods = %d, want 0", n)
+	if n := len(h.loop.Pods()); n != 2 {
+		t.Fatalf("pods in memory = %d, want 2", n)
+	}
+	if _, ok := h.store.get("crit/0"); ok {
+		t.Fatal("a record was written to a full disk")
+	}
+	h.store.mu.Lock()
+	h.store.err = nil
+	h.store.mu.Unlock()
+	if err := h.loop.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"crit/0", "plain/0"} {
+		if rec, ok := h.store.get(key); !ok || rec.State != pod.StateReady {
+			t.Fatalf("record %s after the disk is back: %+v (present %v), want ready", key, rec, ok)
+		}
 	}
 }
 

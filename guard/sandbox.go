@@ -29,15 +29,11 @@ const afterRuntimeTimeout = 10 * time.Second
 func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (sandboxID string, notCreated bool, err error)) (string, error) {
 	p.State = pod.StatePending
 	var (
-		r      evictor.Result
-		kept   *pod.Pod // the record of a retried attempt that has its sandbox
-		admitE error
+		r    evictor.Result
+		kept *pod.Pod // the record of a retried attempt that has its sandbox
 	)
-	if err := l.do(ctx, func() { r, kept, admitE = l.admitAddition(p) }); err != nil {
+	if err := l.do(ctx, func() { r, kept = l.admitAddition(p) }); err != nil {
 		return "", fmt.Errorf("admit pod %q: %w", p.String(), err)
-	}
-	if admitE != nil {
-		return "", admitE
 	}
 	if !r.Admit {
 		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
@@ -63,7 +59,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 // admitAddition decides one added pod and, when admitted, records it as
 // pending, on disk first (loop goroutine). A retry of an attempt that
 // already has a sandbox keeps that record as it is and returns it.
-func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, error) {
+func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod) {
 	for _, w := range p.Warnings {
 		l.log.WithFields(podFields(p)).WithField("warning", w).Warn("pod sandbox config")
 	}
@@ -81,20 +77,22 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, error) {
 			// retrying it and its controller replaces it
 			l.report.Rejected(p, r.Reason, r.Message)
 		}
-		return r, nil, nil
+		return r, nil
 	}
 	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
 		// a retry of an attempt that already has a sandbox: keep what we
 		// know, its state included (a ready pod must stay rankable)
-		return r, old, nil
+		return r, old
 	}
-	if err := l.checkpoint(p); err != nil {
-		return r, nil, err
-	}
+	// A failed write does not refuse the pod: cri-guard's bookkeeping must
+	// never stop the node's pods, critical ones least of all. The record is
+	// kept in memory and written again (checkpoint); if cri-guard restarts
+	// before that, reconciliation adopts the sandbox containerd runs.
+	_ = l.checkpoint(p)
 	l.pods[p.Key()] = p.Clone()
 	l.publish()
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
-	return r, nil, nil
+	return r, nil
 }
 
 // neverRan reports whether p is a first attempt of a pod that has no
@@ -146,6 +144,7 @@ func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
 		l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
 	}
 	delete(l.pods, p.Key())
+	delete(l.unsaved, p.Key())
 	l.publish()
 }
 

@@ -103,6 +103,39 @@ func NewEvaluator(thresholds []Threshold, transition time.Duration) *Evaluator {
 	}
 }
 
+// Update replaces the thresholds and the transition period (a reload),
+// keeping what was observed: an unchanged threshold (same String, grace
+// period and minimum reclaim included) keeps its first-observed time and
+// whether it acted, and the node condition keeps the time a threshold was
+// last met, so that a reload neither drops MemoryPressure within its
+// transition period nor restarts a soft threshold's grace period. It
+// returns the thresholds added and removed, rendered.
+func (e *Evaluator) Update(thresholds []Threshold, transition time.Duration) (added, removed []string) {
+	old := map[string]int{}
+	for i, t := range e.thresholds {
+		old[t.String()] = i
+	}
+	acting := make([]bool, len(thresholds))
+	first := make([]time.Time, len(thresholds))
+	kept := map[string]bool{}
+	for i, t := range thresholds {
+		if j, ok := old[t.String()]; ok {
+			acting[i], first[i] = e.acting[j], e.firstObserved[j]
+			kept[t.String()] = true
+		} else {
+			added = append(added, t.String())
+		}
+	}
+	for _, t := range e.thresholds {
+		if !kept[t.String()] {
+			removed = append(removed, t.String())
+		}
+	}
+	e.thresholds = append([]Threshold(nil), thresholds...)
+	e.transition, e.acting, e.firstObserved = transition, acting, first
+	return added, removed
+}
+
 // Thresholds returns the thresholds the Evaluator applies.
 func (e *Evaluator) Thresholds() []Threshold {
 	return append([]Threshold(nil), e.thresholds...)

@@ -164,3 +164,45 @@ func TestEvaluatorMissingSignal(t *testing.T) {
 		t.Errorf("absent signal met something: %+v", r)
 	}
 }
+
+// TestEvaluatorUpdateKeepsHistory: a reload with unchanged thresholds keeps
+// the condition within its transition period and a soft threshold's grace
+// timer; a changed threshold starts over.
+func TestEvaluatorUpdateKeepsHistory(t *testing.T) {
+	parse := func(soft, grace string) []Threshold {
+		ts, err := ParseThresholds(ThresholdConfig{Soft: map[string]string{"memory.available": soft},
+			SoftGracePeriod: map[string]string{"memory.available": grace}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	obs := func(avail int64) map[Signal]Observation {
+		return map[Signal]Observation{SignalMemoryAvailable: {Signal: SignalMemoryAvailable, Available: avail, Capacity: 4 << 30}}
+	}
+	e := NewEvaluator(parse("1Gi", "30s"), time.Minute)
+	e.Evaluate(t0, obs(512<<20)) // met, grace running
+	// unchanged reload 20 s in: the grace period is not restarted
+	if added, removed := e.Update(parse("1Gi", "30s"), time.Minute); len(added)+len(removed) != 0 {
+		t.Fatalf("unchanged reload: added %v removed %v", added, removed)
+	}
+	if r := e.Evaluate(t0.Add(31*time.Second), obs(512<<20)); len(r.Met) != 1 {
+		t.Fatalf("31s after first met, after an unchanged reload: met %v, want the threshold acting", r.Met)
+	}
+	// pressure over; a reload within the transition period keeps the condition
+	e.Evaluate(t0.Add(40*time.Second), obs(3<<30))
+	e.Update(parse("1Gi", "30s"), time.Minute)
+	if r := e.Evaluate(t0.Add(50*time.Second), obs(3<<30)); len(r.Conditions) != 1 {
+		t.Fatal("MemoryPressure dropped by a reload within the transition period")
+	}
+	// a changed threshold starts its grace period again
+	e.Evaluate(t0.Add(60*time.Second), obs(512<<20))
+	added, removed := e.Update(parse("2Gi", "30s"), time.Minute)
+	if len(added) != 1 || len(removed) != 1 {
+		t.Fatalf("changed reload: added %v removed %v", added, removed)
+	}
+	if r := e.Evaluate(t0.Add(61*time.Second), obs(512<<20)); len(r.Met) != 0 || len(r.Pending) != 1 {
+		t.Fatalf("changed threshold: met %v pending %v, want pending", r.Met, r.Pending)
+	}
+}

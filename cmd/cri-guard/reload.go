@@ -65,6 +65,7 @@ func (r *reloader) reload(ctx context.Context) error {
 	r.current.EvictionHard, r.current.EvictionSoft = cfg.EvictionHard, cfg.EvictionSoft
 	r.current.EvictionSoftGracePeriod, r.current.EvictionMinimumReclaim = cfg.EvictionSoftGracePeriod, cfg.EvictionMinimumReclaim
 	r.current.EvictionPressureTransitionPeriod = cfg.EvictionPressureTransitionPeriod
+	r.current.EnforceNodeAllocatable = cfg.EnforceNodeAllocatable
 	thresholds := make([]string, len(ts))
 	for i, t := range ts {
 		thresholds[i] = t.String()
@@ -77,5 +78,6 @@ func (r *reloader) reload(ctx context.Context) error {
 func withoutThresholds(c config.Config) config.Config {
 	c.EvictionHard, c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim = nil, nil, nil, nil
 	c.EvictionPressureTransitionPeriod = config.Duration{}
+	c.EnforceNodeAllocatable = nil
 	return c
 }

@@ -117,7 +117,14 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
-			return loop.Do(ctx, func() { ev.SetThresholds(ts, transition) })
+			var added, removed []string
+			if err := loop.Do(ctx, func() { added, removed = ev.SetThresholds(ts, transition) }); err != nil {
+				return err
+			}
+			// unchanged thresholds keep their observation state
+			logger.WithField("component", "reload").WithField("added", added).WithField("removed", removed).
+				Info("eviction thresholds changed")
+			return nil
 		}}
 	wg.Go(func() { rl.run(loopCtx, hup) })
 
