@@ -137,9 +137,10 @@ func (m *Manager) Observe() {
 // observe samples the node and evaluates the thresholds.
 func (m *Manager) observe() {
 	now := m.now()
-	m.lastSample = now
 	s, err := m.sampler.Node()
 	if err != nil {
+		// the last good sample stays as it was (its time too): status and
+		// metrics show it as stale, not as current
 		if m.statsErr == nil {
 			m.log.WithError(err).Warn("cannot read node memory stats")
 		}
@@ -151,6 +152,7 @@ func (m *Manager) observe() {
 		m.log.Info("node memory stats readable again")
 	}
 	m.statsErr = nil
+	m.lastSample = now
 	m.sample = s
 	m.result = m.eval.Evaluate(now, s.Observations())
 	if len(m.result.Conditions) == 0 && len(m.evicted) > 0 {

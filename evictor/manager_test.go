@@ -655,3 +655,28 @@ func TestAPIInputs(t *testing.T) {
 		t.Fatalf("tolerating BestEffort pod refused: %+v", res)
 	}
 }
+
+// TestStatsErrorIsStale: a failed sample keeps the last good one's time
+// (status shows it as stale, not current) and status shows the conditions
+// admission acts on under the onStatsError policy.
+func TestStatsErrorIsStale(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	s.available(50 * mi)
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
+	if _, err := m.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	good := m.Snapshot().SampledAt
+	c.step(10 * time.Second)
+	s.nodeErr = errors.New("read meminfo: stats read timed out")
+	if _, err := m.Synchronize(nil); err == nil {
+		t.Fatal("no error")
+	}
+	snap := m.Snapshot()
+	if !snap.SampledAt.Equal(good) || snap.StatsError == "" {
+		t.Fatalf("sampled at %v (good sample at %v), stats error %q", snap.SampledAt, good, snap.StatsError)
+	}
+	if len(snap.Conditions) != 0 { // onStatsError admit: no condition acts
+		t.Fatalf("conditions under stats error with admit = %v, want none", snap.Conditions)
+	}
+}

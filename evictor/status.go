@@ -52,6 +52,8 @@ const maxDecisions = 50
 
 // Status is a snapshot of the manager for `cri-guard status`.
 type Status struct {
+	// SampledAt is when the last good sample was taken; with StatsError
+	// set, Observed is that sample's, stale.
 	SampledAt  time.Time                                `json:"sampledAt"`
 	Source     string                                   `json:"source,omitempty"`
 	StatsError string                                   `json:"statsError,omitempty"`
@@ -107,6 +109,12 @@ func (m *Manager) publish(ranked []Candidate) {
 		s.Met = append(s.Met, mt.String())
 	}
 	s.Conditions = slices.Clone(m.result.Conditions)
+	if m.statsErr != nil {
+		// what admission acts on now (the onStatsError policy), not the
+		// last good evaluation
+		conds, _ := m.conditions()
+		s.Conditions = slices.Clone(conds)
+	}
 	if ranked != nil {
 		s.Ranked = make([]RankedPod, 0, len(ranked))
 		for _, c := range ranked {

@@ -71,8 +71,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Snapshot != nil {
 		st = c.src.Snapshot()
 	}
-	for sig, obs := range st.Observed {
-		ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, obs.Value(), string(sig))
+	// the last sample failed: its values are stale, so none is exported
+	// (absent series, as Prometheus expects of an unknown value); the time
+	// of the last good sample and stats_error say why
+	if st.StatsError == "" {
+		for sig, obs := range st.Observed {
+			ch <- prometheus.MustNewConstMetric(c.signal, prometheus.GaugeValue, obs.Value(), string(sig))
+		}
 	}
 	for _, t := range st.Thresholds {
 		if !t.LimitKnown {

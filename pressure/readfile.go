@@ -1,6 +1,7 @@
 package pressure
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,6 +14,9 @@ type fileReader struct {
 	buf []byte
 }
 
+// errNotRegular: a stats path that is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
 // maxStatsFile bounds what is read from one stats file (memory.stat of a
 // cgroup v2 group is about 1.5 KiB; /proc/meminfo about 1.5 KiB).
 const maxStatsFile = 1 << 20
@@ -21,11 +25,21 @@ const maxStatsFile = 1 << 20
 // next call. Errors are *os.PathError, so errors.Is(err, fs.ErrNotExist)
 // works.
 func (r *fileReader) read(p string) ([]byte, error) {
-	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// O_NONBLOCK: a FIFO (or device) put where a stats file belongs must
+	// not block the open; only regular files are read (procfs and cgroupfs
+	// files are regular).
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &os.PathError{Op: "open", Path: p, Err: errNotRegular}
+	}
 	if r.buf == nil {
 		r.buf = make([]byte, 8192)
 	}

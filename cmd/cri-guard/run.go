@@ -230,7 +230,9 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		OnStatsError:      evictor.StatsErrorPolicy(cfg.OnStatsError),
 		DryRun:            cfg.DryRun,
 	}, evictor.Options{
-		Sampler:  sampler,
+		// reads bounded in time, off the sync loop's goroutine: a stats file
+		// that blocks (a FIFO, a hung mount) is a stats error, not a hang
+		Sampler:  pressure.NewBounded(sampler, pressure.DefaultReadTimeout),
 		Log:      logger.WithField("component", "evictor"),
 		Observer: obs,
 	})
