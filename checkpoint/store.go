@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // QuarantineDir is the subdirectory corrupt checkpoint files are moved to.
@@ -30,6 +32,24 @@ type Store struct {
 	now   func() time.Time // Record.Written and quarantine names; tests fix it
 	seed  maphash.Seed
 	locks [lockStripes]sync.Mutex
+	lockf *os.File // holds the directory's flock while the store is open
+}
+
+// lockFile is the file whose flock marks the directory as in use.
+const lockFile = ".lock"
+
+// MaxRecordSize bounds a record file: a real one is a few KiB; a larger
+// file in the directory is quarantined unread, never loaded whole.
+const MaxRecordSize = 1 << 20
+
+// Close releases the directory's lock; idempotent.
+func (s *Store) Close() error {
+	if s.lockf == nil {
+		return nil
+	}
+	err := s.lockf.Close()
+	s.lockf = nil
+	return err
 }
 
 // New opens (creating with mode 0700 if needed) the checkpoint directory dir
@@ -46,6 +66,26 @@ func New(dir string, log *logrus.Entry) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint dir %q: %w", dir, err)
 	}
+	if fi, err := os.Lstat(dir); err == nil {
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			log.WithField("path", dir).Warn("checkpoint dir is a symbolic link: whoever controls its target controls cri-guard's records")
+		case fi.Mode().Perm()&0o022 != 0:
+			log.WithField("path", dir).WithField("mode", fi.Mode().Perm().String()).
+				Warn("checkpoint dir is writable by other users: they could forge records (want 0700)")
+		}
+	}
+	// one cri-guard per state directory: a second would write the same
+	// records from another view of the node
+	lf, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock checkpoint dir %q: %w", dir, err)
+	}
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("lock checkpoint dir %q: %w (another cri-guard uses it)", dir, err)
+	}
+	s.lockf = lf
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoint dir %q: %w", dir, err)
@@ -157,12 +197,20 @@ func (s *Store) load(name string) (Record, error) {
 
 // read reads and decodes dir/name; the record must match its file name.
 func (s *Store) read(name string) (Record, error) {
-	data, err := os.ReadFile(filepath.Join(s.dir, name))
+	f, err := os.Open(filepath.Join(s.dir, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Record{}, ErrNotFound
 	}
 	if err != nil {
 		return Record{}, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxRecordSize+1))
+	if err != nil {
+		return Record{}, err
+	}
+	if len(data) > MaxRecordSize {
+		return Record{}, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, MaxRecordSize)
 	}
 	r, err := decode(data)
 	if err != nil {

@@ -28,6 +28,7 @@ func newStore(t testing.TB) (*Store, *logtest.Hook) {
 		t.Fatal(err)
 	}
 	s.now = func() time.Time { return t0 }
+	t.Cleanup(func() { _ = s.Close() })
 	return s, hook
 }
 
@@ -90,8 +91,8 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("second Delete: %v", err)
 	}
 	entries, _ := os.ReadDir(s.Dir())
-	if len(entries) != 0 {
-		t.Errorf("directory not empty after delete: %v", entries)
+	if len(entries) != 1 || entries[0].Name() != lockFile {
+		t.Errorf("directory after delete: %v, want only the lock file", entries)
 	}
 }
 
@@ -245,10 +246,14 @@ func TestNewRemovesStaleTempFiles(t *testing.T) {
 	if err := os.WriteFile(stale, []byte(`{"version":1`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Close(); err != nil { // a restart: the first instance has gone
+		t.Fatal(err)
+	}
 	s2, err := New(s.Dir(), logrus.NewEntry(logrus.New()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = s2.Close() })
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("stale temp file kept: %v", err)
 	}
@@ -322,5 +327,51 @@ func TestQuarantineKeepsEarlierFiles(t *testing.T) {
 	}
 	if !seen["first"] || !seen["second"] {
 		t.Errorf("quarantined contents = %v", seen)
+	}
+}
+
+// TestStateDirTrust: one cri-guard per state directory; a directory others
+// may write is reported; a record file too large to be real is quarantined
+// without being read whole.
+func TestStateDirTrust(t *testing.T) {
+	s, hook := newStore(t)
+	if _, err := New(s.Dir(), logrus.NewEntry(logrus.New())); err == nil || !strings.Contains(err.Error(), "another cri-guard uses it") {
+		t.Fatalf("second store on the same directory: %v, want refused", err)
+	}
+	big := filepath.Join(s.Dir(), "u9_0.json")
+	if err := os.WriteFile(big, make([]byte, MaxRecordSize+10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := s.List(); err != nil || len(recs) != 0 {
+		t.Fatalf("List with a huge file = %v, %v", recs, err)
+	}
+	if _, err := os.Stat(big); !os.IsNotExist(err) {
+		t.Fatalf("huge record file not quarantined: %v", err)
+	}
+
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	logger, hook2 := logtest.NewNullLogger()
+	s2, err := New(open, logrus.NewEntry(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	warned := false
+	for _, e := range hook2.AllEntries() {
+		warned = warned || strings.Contains(e.Message, "writable by other users")
+	}
+	if !warned {
+		t.Fatal("no warning for a world-writable state directory")
+	}
+	for _, e := range hook.AllEntries() {
+		if strings.Contains(e.Message, "writable by other users") {
+			t.Fatal("the 0700 directory was reported as writable by others")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
@@ -303,5 +305,48 @@ func TestEvictionMessageNamesContainers(t *testing.T) {
 		"Container main was using 120Mi, request is 0, has larger consumption of memory. "
 	if got := api.reports(); !slices.Equal(got, []string{want}) {
 		t.Fatalf("reports %q, want %q", got, want)
+	}
+}
+
+// TestRestoreTrustsTheRuntime: a record edited to call a static (critical)
+// pod plain and evictable does not make it evictable after a restart: the
+// sandbox's own config in containerd says it is static. What only the
+// record knows (EvictedAt) is kept.
+func TestRestoreTrustsTheRuntime(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata:    &runtimeapi.PodSandboxMetadata{Name: "n-p1", Namespace: "default", Uid: "p1"},
+		Annotations: map[string]string{pod.AnnotationConfigSource: "file"},
+		Linux:       &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/kubepods/besteffort/podp1"},
+	}
+	info, err := json.Marshal(map[string]any{"config": cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.statuses["s1"].Info = map[string]string{pod.InfoKey: string(info)}
+	forged := newPod("p1", 0, pod.BestEffort, false) // not critical, evictable
+	forged.State, forged.SandboxID, forged.Created = pod.StateReady, "s1", time.Unix(5, 0)
+	store := newMemStore()
+	if err := store.Put(checkpoint.Record{Pod: *forged, State: forged.State, SandboxID: "s1"}); err != nil {
+		t.Fatal(err)
+	}
+	h := newRealHarness(t, store, rt, time.Second)
+	h.sampler.set(512 << 20) // pressure: a pass would stop an evictable pod
+	if err := h.loop.SyncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.settled(t)
+	var got *pod.Pod
+	for _, p := range h.loop.Pods() {
+		if p.UID == "p1" {
+			got = p
+		}
+	}
+	if got == nil || !got.Static || !got.Critical || got.Evictable || !got.Created.Equal(time.Unix(5, 0)) {
+		t.Fatalf("restored pod = %+v, want static, critical, not evictable, created as recorded", got)
+	}
+	if slices.Contains(rt.Calls(), "StopPodSandbox s1") {
+		t.Fatal("the static pod was stopped on the word of a forged record")
 	}
 }

@@ -60,6 +60,7 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		known[sb.GetId()] = true
+		p = l.rederive(ctx, p, sb)
 		if !p.EvictedAt.IsZero() {
 			l.ev.MarkEvicted(p, p.EvictedAt)
 		}
@@ -117,6 +118,28 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
 		WithField("stopped", rep.Stopped).Info("restore done")
 	return rep, nil
+}
+
+// rederive takes from containerd what it can tell of a restored pod (the
+// sandbox's own config: namespace, annotations, cgroup parent, so critical,
+// static and QoS) and from the record only what only cri-guard knows (when
+// it first saw the pod, whether it evicted it): a forged or stale record
+// cannot make a critical pod evictable. When containerd cannot say, the
+// record stands.
+func (l *Loop) rederive(ctx context.Context, rec *pod.Pod, sb *runtimeapi.PodSandbox) *pod.Pod {
+	fresh, err := l.adopt(ctx, sb)
+	if err != nil || len(fresh.Warnings) > 0 {
+		// no verbose config from this runtime: nothing better than the record
+		return rec
+	}
+	if fresh.Critical != rec.Critical || fresh.Static != rec.Static || fresh.QOS != rec.QOS || fresh.Evictable != rec.Evictable {
+		l.log.WithFields(podFields(rec)).WithField("record_critical", rec.Critical).WithField("runtime_critical", fresh.Critical).
+			WithField("record_qos", rec.QOS).WithField("runtime_qos", fresh.QOS).
+			Warn("checkpoint disagrees with the sandbox's own config: the runtime's is kept")
+	}
+	fresh.Created, fresh.EvictedAt, fresh.Attempt = rec.Created, rec.EvictedAt, rec.Attempt
+	fresh.SandboxID = sb.GetId()
+	return fresh
 }
 
 // adopt builds a pod for a ready sandbox that has no checkpoint.

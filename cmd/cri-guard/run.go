@@ -80,6 +80,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if err != nil {
 		return err
 	}
+	defer func() { _ = g.store.Close(); g.bounded.Close() }()
 	loop, ev, sampler := g.loop, g.ev, g.sampler
 	if m != nil {
 		m.Registry().MustRegister(metrics.NewCollector(metrics.StateSource{
@@ -196,6 +197,8 @@ type guardParts struct {
 	loop    *guard.Loop
 	ev      *evictor.Manager
 	sampler *pressure.Sampler
+	store   *checkpoint.Store // holds the state directory's lock until closed
+	bounded *pressure.Bounded // the evictor's sampler; its goroutine ends on Close
 }
 
 // newGuard builds the sampler, the checkpoint store, the eviction manager
@@ -213,15 +216,13 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	if err != nil {
 		return guardParts{}, err
 	}
-	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"))
-	if err != nil {
-		return guardParts{}, err
-	}
-	var st guard.Store = store
 	var obs evictor.Observer
 	if m != nil {
-		st, obs = m.InstrumentStore(store), m
+		obs = m
 	}
+	// reads bounded in time, off the sync loop's goroutine: a stats file
+	// that blocks (a FIFO, a hung mount) is a stats error, not a hang
+	bounded := pressure.NewBounded(sampler, pressure.DefaultReadTimeout)
 	ev, err := evictor.New(evictor.Config{
 		Thresholds:        thresholds,
 		TransitionPeriod:  cfg.EvictionPressureTransitionPeriod.Duration,
@@ -229,15 +230,19 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		HardGracePeriod:   hardGracePeriod,
 		OnStatsError:      evictor.StatsErrorPolicy(cfg.OnStatsError),
 		DryRun:            cfg.DryRun,
-	}, evictor.Options{
-		// reads bounded in time, off the sync loop's goroutine: a stats file
-		// that blocks (a FIFO, a hung mount) is a stats error, not a hang
-		Sampler:  pressure.NewBounded(sampler, pressure.DefaultReadTimeout),
-		Log:      logger.WithField("component", "evictor"),
-		Observer: obs,
-	})
+	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs})
 	if err != nil {
+		bounded.Close()
 		return guardParts{}, err
+	}
+	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"))
+	if err != nil {
+		bounded.Close()
+		return guardParts{}, err
+	}
+	var st guard.Store = store
+	if m != nil {
+		st = m.InstrumentStore(store)
 	}
 	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
 	if kc != nil {
@@ -249,9 +254,11 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		Rules:                cfg.CriticalRules(),
 	}, opts)
 	if err != nil {
+		bounded.Close()
+		_ = store.Close()
 		return guardParts{}, err
 	}
-	return guardParts{loop: loop, ev: ev, sampler: sampler}, nil
+	return guardParts{loop: loop, ev: ev, sampler: sampler, store: store, bounded: bounded}, nil
 }
 
 // restore replays the checkpoints, retrying while containerd cannot be
