@@ -263,10 +263,16 @@ func TestConnectionCap(t *testing.T) {
 	if n := served(); n != maxConns {
 		t.Fatalf("%d of %d connections served, cap %d", n, conns, maxConns)
 	}
+	// the served ones, chosen before any is closed: a closed one frees a
+	// slot at once, and the connection served next must stay open
+	var first []int
 	for i := range rcs {
 		if fcs[i].settings.Load() > 0 {
-			_ = rcs[i].c.Close()
+			first = append(first, i)
 		}
+	}
+	for _, i := range first {
+		_ = rcs[i].c.Close()
 	}
 	if !waitFor(5*time.Second, func() bool { return served() == 2*maxConns }) {
 		t.Errorf("%d connections served after %d closed, want %d", served(), maxConns, 2*maxConns)
