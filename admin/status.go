@@ -38,6 +38,9 @@ type Status struct {
 	Decisions []evictor.Decision `json:"decisions"`
 	// API is the connection to the API server; nil without one.
 	API *API `json:"api,omitempty"`
+	// Degraded says why cri-guard serves without a finished restore
+	// (restored pods unknown, retried); empty normally.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // API describes the connection to the API server.
@@ -126,6 +129,8 @@ type Sources struct {
 	Runtime func() Runtime
 	// API describes the API server connection; nil without one.
 	API func() API
+	// Degraded is guard.Loop.Degraded; may be nil.
+	Degraded func() error
 	// Now stamps the document; default time.Now.
 	Now func() time.Time
 }
@@ -154,6 +159,11 @@ func Build(src Sources) Status {
 	if src.API != nil {
 		a := src.API()
 		s.API = &a
+	}
+	if src.Degraded != nil {
+		if err := src.Degraded(); err != nil {
+			s.Degraded = err.Error()
+		}
 	}
 	s.Signals = signals(snap.Observed, snap.Thresholds)
 	var ps []*pod.Pod

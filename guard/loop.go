@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -103,6 +104,9 @@ type Loop struct {
 	updates chan func()
 	trigger chan struct{}
 	ready   chan struct{}
+
+	readyOnce sync.Once
+	degraded  atomic.Pointer[error] // why the loop serves without a finished restore
 
 	// owned by the loop goroutine
 	pods       map[string]*pod.Pod // by pod key

@@ -22,6 +22,52 @@ type RestoreReport struct {
 // EnforceRestored is set, else logged. It must run before Run; it closes
 // Ready when done.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
+	rep, err := l.restore(ctx)
+	if err == nil {
+		l.readyOnce.Do(func() { close(l.ready) })
+	}
+	return rep, err
+}
+
+// ServeDegraded lets the loop serve although Restore has not succeeded
+// (the runtime cannot be listed: too large an answer, a runtime that stays
+// down): Ready closes, admission works on what it sees from now on, and
+// RetryRestore completes the restore later. It must be called before Run.
+func (l *Loop) ServeDegraded(cause error) {
+	l.degraded.Store(&cause)
+	l.readyOnce.Do(func() { close(l.ready) })
+}
+
+// Degraded returns why the loop serves without a finished restore; nil
+// once restored. Safe from any goroutine.
+func (l *Loop) Degraded() error {
+	if p := l.degraded.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// RetryRestore runs the restore on the loop goroutine (the loop serves
+// meanwhile, degraded), bounded by ctx; on success the loop is no longer
+// degraded.
+func (l *Loop) RetryRestore(ctx context.Context) (RestoreReport, error) {
+	var (
+		rep RestoreReport
+		err error
+	)
+	if derr := l.do(ctx, func() { rep, err = l.restore(ctx) }); derr != nil {
+		return rep, derr
+	}
+	if err == nil {
+		l.degraded.Store(nil)
+	} else {
+		l.degraded.Store(&err)
+	}
+	return rep, err
+}
+
+// restore is Restore's work (before Run, or on the loop goroutine).
+func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 	var rep RestoreReport
 	recs, err := l.store.List()
 	if err != nil {
@@ -113,7 +159,6 @@ func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 		rep.Stopped++
 	}
 	l.publish()
-	close(l.ready)
 	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
 		WithField("stopped", rep.Stopped).Info("restore done")

@@ -17,6 +17,9 @@ type StateSource struct {
 	// (runtimeproxy.Client.State() == connectivity.Ready); nil omits
 	// cri_guard_runtime_connected.
 	Connected func() bool
+	// Degraded reports whether cri-guard serves without a finished restore
+	// (guard.Loop.Degraded() != nil); nil omits cri_guard_restore_degraded.
+	Degraded func() bool
 }
 
 // Collector turns the latest eviction-manager snapshot (its observations
@@ -31,6 +34,7 @@ type Collector struct {
 	connected  *prometheus.Desc
 	sampledAt  *prometheus.Desc
 	statsError *prometheus.Desc
+	degraded   *prometheus.Desc
 }
 
 // conditions are always exported, 0 when absent.
@@ -55,12 +59,14 @@ func NewCollector(src StateSource) *Collector {
 			"Unix time of the last pressure sample.", nil, nil),
 		statsError: prometheus.NewDesc(Namespace+"_stats_error",
 			"1 when the last pressure sample could not be read.", nil, nil),
+		degraded: prometheus.NewDesc(Namespace+"_restore_degraded",
+			"1 while cri-guard serves without a finished restore of its checkpoints (retried).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError} {
+	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded} {
 		ch <- d
 	}
 }
@@ -99,6 +105,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.sampledAt, prometheus.GaugeValue, float64(st.SampledAt.UnixNano())/1e9)
 	}
 	ch <- prometheus.MustNewConstMetric(c.statsError, prometheus.GaugeValue, boolValue(st.StatsError != ""))
+	if c.src.Degraded != nil {
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, boolValue(c.src.Degraded()))
+	}
 }
 
 func thresholdKind(t pressure.Threshold) string {

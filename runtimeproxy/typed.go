@@ -4,14 +4,22 @@ import (
 	"context"
 	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// maxListMsgSize bounds the answers of cri-guard's own list calls. The
+// kubelet-facing limit (16 MiB) is containerd's and the kubelet's; a node
+// whose sandboxes carry very large configs can answer more, and cri-guard's
+// restore and resync must still see it (a decoded list is held only while
+// it is read).
+const maxListMsgSize = 128 << 20
+
 // ListPodSandbox lists sandboxes matching filter (nil: all).
 func (c *Client) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
-	resp, err := c.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter})
+	resp, err := c.runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: filter}, grpc.MaxCallRecvMsgSize(maxListMsgSize))
 	if err != nil {
 		return nil, fmt.Errorf("list pod sandboxes: %w", c.mapErr(err))
 	}
@@ -30,7 +38,7 @@ func (c *Client) PodSandboxStatus(ctx context.Context, id string) (*runtimeapi.P
 
 // ListContainers lists containers matching filter (nil: all).
 func (c *Client) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
-	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter})
+	resp, err := c.runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: filter}, grpc.MaxCallRecvMsgSize(maxListMsgSize))
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", c.mapErr(err))
 	}

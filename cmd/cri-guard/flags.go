@@ -21,10 +21,18 @@ type options struct {
 	FileConfig config.Config
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
+	// RestoreTimeout bounds how long start-up waits for the restore before
+	// serving degraded (the restore is then retried in the background).
+	RestoreTimeout time.Duration
 }
 
+// defaultRestoreTimeout: containerd restarts in seconds; a restore that
+// still fails after a minute will not succeed by waiting, and the kubelet
+// cannot even remove pods while cri-guard does not listen.
+const defaultRestoreTimeout = time.Minute
+
 func defaultOptions() options {
-	return options{Config: config.Default(), ShutdownTimeout: server.DefaultShutdownTimeout}
+	return options{Config: config.Default(), ShutdownTimeout: server.DefaultShutdownTimeout, RestoreTimeout: defaultRestoreTimeout}
 }
 
 // flagValues holds the raw flag values; only flags that were set override

@@ -86,10 +86,11 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		m.Registry().MustRegister(metrics.NewCollector(metrics.StateSource{
 			Snapshot:  ev.Snapshot,
 			Connected: func() bool { return rt.State() == connectivity.Ready },
+			Degraded:  func() bool { return loop.Degraded() != nil },
 		}))
 	}
 
-	if err := restore(ctx, loop, log); err != nil {
+	if err := restore(ctx, loop, opts.RestoreTimeout, log); err != nil {
 		return err
 	}
 
@@ -101,6 +102,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			log.WithError(err).Error("sync loop stopped")
 		}
 	})
+	if loop.Degraded() != nil {
+		wg.Go(func() { retryRestore(loopCtx, loop, logger.WithField("component", "restore")) })
+	}
 	if kc != nil {
 		wg.Go(func() { kc.Run(loopCtx) })
 		wg.Go(func() { syncNodeCondition(loopCtx, kc, ev.Snapshot) })
@@ -146,7 +150,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			return err
 		}
 		src := admin.Sources{
-			Version: version, DryRun: cfg.DryRun, Snapshot: ev.Snapshot, Pods: loop.Pods,
+			Version: version, DryRun: cfg.DryRun, Snapshot: ev.Snapshot, Pods: loop.Pods, Degraded: loop.Degraded,
 			Runtime: func() admin.Runtime {
 				st := rt.State()
 				return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
@@ -262,23 +266,55 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 }
 
 // restore replays the checkpoints, retrying while containerd cannot be
-// reached or is not ready; cri-guard does not serve before it has finished.
-func restore(ctx context.Context, loop *guard.Loop, log *logrus.Entry) error {
+// reached or is not ready. cri-guard does not serve before it has finished,
+// for at most bound: then it serves degraded (said in the log, status and
+// metrics) and retryRestore goes on in the background.
+func restore(ctx context.Context, loop *guard.Loop, bound time.Duration, log *logrus.Entry) error {
+	if bound <= 0 {
+		bound = defaultRestoreTimeout
+	}
+	deadline := time.Now().Add(bound)
 	for attempt := 0; ; attempt++ {
 		_, err := loop.Restore(ctx)
 		if err == nil {
 			return nil
 		}
 		// containerd unreachable, or up but still initialising ("server is
-		// not initialized yet"): wait for it; cri-guard does not serve
-		// before restore has finished.
+		// not initialized yet"): wait for it
 		if attempt%20 == 0 {
 			log.WithError(err).Warn("restore failed: retrying")
+		}
+		if time.Now().After(deadline) {
+			log.WithError(err).WithField("waited", bound).Error("restore did not finish: serving degraded (restored pods not known yet), retrying in the background")
+			loop.ServeDegraded(err)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("restore: %w", ctx.Err())
 		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// retryRestore completes a restore that start-up gave up waiting for, on
+// the running loop, every 5 s until it succeeds or ctx ends.
+func retryRestore(ctx context.Context, loop *guard.Loop, log *logrus.Entry) {
+	for attempt := 1; loop.Degraded() != nil; attempt++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rep, err := loop.RetryRestore(rctx)
+		cancel()
+		if err == nil {
+			log.WithField("records", rep.Records).WithField("attempts", attempt).Info("restore finished: no longer degraded")
+			return
+		}
+		if attempt%12 == 0 {
+			log.WithError(err).Warn("restore still failing: serving degraded")
 		}
 	}
 }

@@ -76,6 +76,9 @@ func printStatus(out io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintf(w, "cri-guard %s%s\n", st.Version, dry)
 	fmt.Fprintf(w, "runtime:\t%s\t%s\n", st.Runtime.Endpoint, st.Runtime.State)
+	if st.Degraded != "" {
+		fmt.Fprintf(w, "DEGRADED:\trestore not finished (retrying): %s\n", st.Degraded)
+	}
 	if a := st.API; a != nil {
 		api := "connected"
 		switch {

@@ -15,7 +15,9 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
@@ -32,12 +34,21 @@ type testDaemon struct {
 // startDaemon runs run() on a fake node and a fake runtime until the test ends.
 func startDaemon(t *testing.T, mutate func(*options)) *testDaemon {
 	t.Helper()
+	return startDaemonOn(t, nil, mutate)
+}
+
+// startDaemonOn is startDaemon with the fake runtime prepared by before.
+func startDaemonOn(t *testing.T, before func(*fakeruntime.Backend), mutate func(*options)) *testDaemon {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "cgs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"))
+	if before != nil {
+		before(fake)
+	}
 	cg, proc := fakeNode(t, dir)
 	opts := defaultOptions()
 	c := &opts.Config
@@ -186,5 +197,46 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", b)
+	}
+}
+
+// TestRestoreDegraded: a runtime whose ListPodSandbox keeps failing (e.g.
+// an answer over the message limit) does not keep cri-guard from serving:
+// after the restore timeout it serves degraded, says so in status, and
+// finishes the restore in the background once the runtime answers.
+func TestRestoreDegraded(t *testing.T) {
+	d := startDaemonOn(t, func(f *fakeruntime.Backend) {
+		for range 4 { // about 2 s of failures, then answers
+			f.Runtime.InjectError("ListPodSandbox", status.Error(codes.ResourceExhausted, "grpc: received message larger than max"))
+		}
+	}, func(o *options) { o.RestoreTimeout = 500 * time.Millisecond })
+	st, err := admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.Degraded, "larger than max") {
+		t.Fatalf("degraded = %q, want the restore's error", st.Degraded)
+	}
+	d.runPod(t, "while-degraded") // admission works meanwhile
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err = admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Degraded == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still degraded after 20s: %s", st.Degraded)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	found := false
+	for _, p := range st.Pods {
+		found = found || p.Name == "while-degraded"
+	}
+	if !found {
+		t.Fatalf("pod admitted while degraded lost by the restore: %+v", st.Pods)
 	}
 }
