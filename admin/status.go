@@ -22,8 +22,11 @@ type Status struct {
 	// SampledAt is when pressure was last sampled; Source where from.
 	SampledAt time.Time `json:"sampledAt"`
 	Source    string    `json:"source,omitempty"`
-	// StatsError is set when the last sample failed.
+	// StatsError is set when the last sample failed (the figures shown are
+	// then those of the last good sample, at SampledAt).
 	StatsError string `json:"statsError,omitempty"`
+	// SignalErrors say why signals are missing from the last sample.
+	SignalErrors []string `json:"signalErrors,omitempty"`
 	// Conditions are the node conditions now set (MemoryPressure).
 	Conditions []string `json:"conditions"`
 	// Signals are the observed signals against their thresholds.
@@ -147,6 +150,7 @@ func Build(src Sources) Status {
 		snap = src.Snapshot()
 	}
 	s.SampledAt, s.Source, s.StatsError, s.Met = snap.SampledAt, snap.Source, snap.StatsError, snap.Met
+	s.SignalErrors = snap.SignalErrors
 	if snap.Conditions != nil {
 		s.Conditions = snap.Conditions
 	}

@@ -3,6 +3,7 @@ package evictor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,7 @@ type Manager struct {
 	result     pressure.Result
 	statsErr   error
 	evicted    map[string]evictedPod // by pod UID
+	missing    []string              // threshold signals the last sample lacked
 	unable     bool                  // the last pass found nothing to evict
 
 	mu   sync.Mutex // guards snap
@@ -154,11 +156,41 @@ func (m *Manager) observe() {
 	m.statsErr = nil
 	m.lastSample = now
 	m.sample = s
-	m.result = m.eval.Evaluate(now, s.Observations())
+	obs := s.Observations()
+	m.result = m.eval.Evaluate(now, obs)
+	m.noteMissing(obs)
 	if len(m.result.Conditions) == 0 && len(m.evicted) > 0 {
 		m.log.WithField("pods", len(m.evicted)).Info("memory pressure is over: evicted pods may come back")
 		clear(m.evicted)
 	}
+}
+
+// noteMissing logs, when it changes, which thresholds' signals the sample
+// lacks (a PSI file gone or broken, a pods cgroup unreadable): such a
+// threshold cannot act, and that must not pass in silence.
+func (m *Manager) noteMissing(obs map[pressure.Signal]pressure.Observation) {
+	var missing []string
+	for _, t := range m.cfg.Thresholds {
+		if _, ok := obs[t.Signal]; !ok && !slices.Contains(missing, string(t.Signal)) {
+			missing = append(missing, string(t.Signal))
+		}
+	}
+	if slices.Equal(missing, m.missing) {
+		return
+	}
+	m.missing = missing
+	f := logrus.Fields{"signals": missing}
+	if m.sample.PSIError != nil {
+		f["psi_error"] = m.sample.PSIError.Error()
+	}
+	if m.sample.PodsError != nil {
+		f["pods_error"] = m.sample.PodsError.Error()
+	}
+	if len(missing) == 0 {
+		m.log.Info("every threshold's signal is observed again")
+		return
+	}
+	m.log.WithFields(f).Warn("thresholds on signals missing from the sample cannot act")
 }
 
 // conditions returns the node conditions admission uses, applying the

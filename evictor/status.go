@@ -54,10 +54,13 @@ const maxDecisions = 50
 type Status struct {
 	// SampledAt is when the last good sample was taken; with StatsError
 	// set, Observed is that sample's, stale.
-	SampledAt  time.Time                                `json:"sampledAt"`
-	Source     string                                   `json:"source,omitempty"`
-	StatsError string                                   `json:"statsError,omitempty"`
-	Observed   map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
+	SampledAt  time.Time `json:"sampledAt"`
+	Source     string    `json:"source,omitempty"`
+	StatsError string    `json:"statsError,omitempty"`
+	// SignalErrors say why signals are missing from the last sample (a
+	// broken PSI file, an unreadable pods cgroup).
+	SignalErrors []string                                 `json:"signalErrors,omitempty"`
+	Observed     map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
 	// Thresholds are the thresholds in force, as the last evaluation saw
 	// them (before the first pass: unobserved).
 	Thresholds []pressure.ThresholdState `json:"-"`
@@ -96,6 +99,12 @@ func (m *Manager) publish(ranked []Candidate) {
 		s.StatsError = m.statsErr.Error()
 	}
 	s.Observed = m.sample.Observations()
+	s.SignalErrors = nil
+	for _, err := range []error{m.sample.PSIError, m.sample.PodsError} {
+		if err != nil {
+			s.SignalErrors = append(s.SignalErrors, err.Error())
+		}
+	}
 	s.Thresholds = m.result.States
 	if len(s.Thresholds) != len(m.cfg.Thresholds) { // not evaluated yet, or stats unreadable
 		s.Thresholds = make([]pressure.ThresholdState, len(m.cfg.Thresholds))

@@ -72,6 +72,10 @@ type NodeSample struct {
 	// PodsSome and PodsFull are the pods cgroup's memory PSI, nil when no
 	// pods cgroup is configured or its pressure file cannot be read.
 	PodsSome, PodsFull *PSI
+	// PSIError is set when the node's pressure file exists but cannot be
+	// read or parsed: the PSI signals are missing from this sample, the
+	// memory signals stand on their own.
+	PSIError error
 	// PodsError is set when a pods cgroup is configured but could not be
 	// read completely; the node figures are still valid.
 	PodsError error
@@ -267,7 +271,9 @@ func (s *Sampler) Node() (NodeSample, error) {
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.EOPNOTSUPP):
 		// PSI disabled (psi=0): no PSI signals, not an error.
 	default:
-		return NodeSample{}, fmt.Errorf("sample node: %w", err)
+		// each signal stands or fails on its own: a broken pressure
+		// file loses the PSI signals, not memory.available
+		n.PSIError = fmt.Errorf("sample node psi: %w", err)
 	}
 	if s.podsGroup != "" {
 		n.PodsError = s.samplePods(&n)

@@ -300,9 +300,10 @@ func TestSamplerGarbage(t *testing.T) {
 		name, file, content string
 		pod                 string // sample this pod instead of the node
 		wantPodsErr         bool   // node succeeds with PodsError
+		wantPSIErr          bool   // node succeeds with PSIError, memory signals kept
 	}{
 		{name: "root memory.stat", file: "cgroup/memory.stat", content: "anon 12\ninactive_file banana\n"},
-		{name: "proc pressure", file: "proc/pressure/memory", content: "some avg10=abc avg60=0.00 avg300=0.00 total=0\n"},
+		{name: "proc pressure", file: "proc/pressure/memory", content: "some avg10=abc avg60=0.00 avg300=0.00 total=0\n", wantPSIErr: true},
 		{name: "meminfo", file: "proc/meminfo", content: "MemTotal: lots kB\nMemAvailable: 1 kB\n"},
 		{name: "pods memory.current", file: "cgroup/kubepods.slice/memory.current", content: "lots\n", wantPodsErr: true},
 		{name: "pods memory.pressure", file: "cgroup/kubepods.slice/memory.pressure", content: "full avg10=1.00\n", wantPodsErr: true},
@@ -323,6 +324,12 @@ func TestSamplerGarbage(t *testing.T) {
 				return
 			}
 			n, err := s.Node()
+			if tc.wantPSIErr {
+				if err != nil || n.PSIError == nil || n.HasPSI || n.AvailableBytes == 0 {
+					t.Errorf("Node = %+v, %v; want memory.available kept and a PSI error", n, err)
+				}
+				return
+			}
 			if tc.wantPodsErr {
 				if err != nil || n.PodsError == nil || errors.Is(n.PodsError, ErrNoStats) {
 					t.Errorf("Node = %v, PodsError %v; want node ok and a pods parse error", err, n.PodsError)

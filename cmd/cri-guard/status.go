@@ -95,7 +95,10 @@ func printStatus(out io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintf(w, "sampled:\t%s\n", sampled)
 	if st.StatsError != "" {
-		fmt.Fprintf(w, "stats error:\t%s\n", st.StatsError)
+		fmt.Fprintf(w, "stats error:\t%s (figures below are stale, from the last good sample)\n", st.StatsError)
+	}
+	for _, e := range st.SignalErrors {
+		fmt.Fprintf(w, "signal error:\t%s\n", e)
 	}
 	conds := "none"
 	if len(st.Conditions) > 0 {
