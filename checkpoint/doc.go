@@ -10,7 +10,12 @@
 // Writes are atomic (unique temp file in the same directory, write, fsync,
 // rename, fsync the directory). A file that is corrupt, truncated, fails its
 // checksum or has an unknown version is moved to "<dir>/quarantine/" and
-// logged; it never stops the store.
+// logged; it never stops the store. A file over MaxRecordSize is
+// quarantined without being read whole.
+//
+// One store per directory: New takes an exclusive flock on "<dir>/.lock"
+// (a second cri-guard on the same state directory is refused) and warns
+// when the directory is a symlink or writable by others. Close releases it.
 //
 // Package checkpoint imports only the internal package pod.
 package checkpoint

@@ -68,4 +68,13 @@
 // cancellation (nil), cgroup removal (ErrCgroupGone) or a trigger the kernel
 // refuses (ErrTriggerRejected: without CAP_SYS_RESOURCE, windows must be
 // multiples of 2 s). ParseTriggerSpec checks a spec alone (config validation).
+//
+// # Reads that cannot block
+//
+// Stats files are opened O_NONBLOCK and read only when they are regular (a
+// FIFO put at meminfo is an error at once). Bounded wraps a Sampler so that
+// every sample runs in its own goroutine and its caller waits at most a
+// timeout (ErrStatsTimeout; while a read is stuck, the next fail at once).
+// Each signal stands or fails on its own: a broken pressure file sets
+// NodeSample.PSIError and loses the PSI signals only.
 package pressure
