@@ -31,7 +31,9 @@ func TestClusterPressure(t *testing.T) {
 	ns := c.namespace(t, "cg-pressure")
 	t.Cleanup(func() { c.setAvailable(t, 12<<30) })
 
-	c.apply(t, podManifest(ns, "victim", "{}", ""))
+	// The victim ignores SIGTERM, as many programs do (sleep as PID 1):
+	// cri-guard's stop kills it after evictionMaxPodGracePeriod (5 s).
+	c.apply(t, podManifestCmd(ns, "victim", "{}", "", `echo "hello from $HOSTNAME"; exec sleep 3600`))
 	critical := "critical-" + ns
 	c.apply(t, podManifest("kube-system", critical, "{}", "  priorityClassName: system-node-critical\n"))
 	t.Cleanup(func() {

@@ -341,6 +341,11 @@ func (c *cluster) nodeConditions(t *testing.T) map[string]string {
 // for the container's resources ("{}" for BestEffort); extra spec lines
 // (indented by two spaces) may follow.
 func podManifest(ns, name, resources, extraSpec string) string {
+	return podManifestCmd(ns, name, resources, extraSpec, podCommand)
+}
+
+// podManifestCmd is podManifest with another shell command.
+func podManifestCmd(ns, name, resources, extraSpec, command string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -356,5 +361,5 @@ spec:
     imagePullPolicy: IfNotPresent
     command: [sh, -c, '%s']
     resources: %s
-`, name, ns, name, extraSpec, clusterImage, podCommand, resources)
+`, name, ns, name, extraSpec, clusterImage, command, resources)
 }
