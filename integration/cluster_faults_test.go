@@ -60,6 +60,12 @@ func TestClusterFaults(t *testing.T) {
 	}()
 	defer func() { close(stop); <-done }()
 
+	// A failure below must not leave the cluster without cri-guard or
+	// containerd for the tests after this one (both starts are idempotent).
+	t.Cleanup(func() {
+		c.script(t, true, "start-containerd")
+		c.script(t, false, "start-cri-guard")
+	})
 	// cri-guard SIGKILLed: the kubelet's calls fail for a few seconds.
 	c.script(t, false, "kill-cri-guard")
 	time.Sleep(5 * time.Second) // the outage (not an assertion)

@@ -68,12 +68,12 @@ alive() {
 
 # stop NAME SIGNAL: stop the saved process, by PID only.
 stop() {
-  local p i
+  local p _
   if alive "$1"; then
     p=$(cat "$C/pids/$1.pid")
     kill -"$2" "$p" 2>/dev/null || true
-    for i in $(seq 150); do [ -d /proc/"$p" ] || break; sleep 0.1; done
-    [ -d /proc/"$p" ] && kill -9 "$p" 2>/dev/null || true
+    for _ in $(seq 150); do [ -d /proc/"$p" ] || break; sleep 0.1; done
+    if [ -d /proc/"$p" ]; then kill -9 "$p" 2>/dev/null || true; fi
   fi
   rm -f "$C/pids/$1.pid"
 }
@@ -104,21 +104,22 @@ launch() {
   local name=$1 bin=${BIN:-$KBIN/$1}
   shift
   cg_make "$CGC/$name"
-  setsid bash -c 'for h in $(ls -d /sys/fs/cgroup/*/); do
-      [ -f "$h$0/cgroup.procs" ] && echo $$ >"$h$0/cgroup.procs"; done; exec "$@"' \
+  # shellcheck disable=SC2016 # expanded by the inner bash: $0 is the cgroup, $$ its PID
+  setsid bash -c 'for h in /sys/fs/cgroup/*/; do
+      if [ -f "$h$0/cgroup.procs" ]; then echo $$ >"$h$0/cgroup.procs"; fi; done; exec "$@"' \
     "$CGC/$name" "$bin" "$@" >>"$C/logs/$name.log" 2>&1 </dev/null &
   echo $! >"$C/pids/$name.pid"
-  local i # until the exec: alive checks the binary's name
-  for i in $(seq 100); do alive "$name" && return 0; [ -d /proc/$! ] || break; sleep 0.05; done
+  local _ # until the exec: alive checks the binary's name
+  for _ in $(seq 100); do alive "$name" && return 0; [ -d /proc/$! ] || break; sleep 0.05; done
   tail -30 "$C/logs/$name.log" >&2
   die "$name did not start (log: $C/logs/$name.log)"
 }
 
 # wait_for WHAT SECONDS NAME CMD...: poll CMD until it succeeds; fail when NAME dies.
 wait_for() {
-  local what=$1 secs=$2 name=$3 i
+  local what=$1 secs=$2 name=$3 _
   shift 3
-  for i in $(seq $((secs * 5))); do
+  for _ in $(seq $((secs * 5))); do
     "$@" >/dev/null 2>&1 && return 0
     alive "$name" || { tail -30 "$C/logs/$name.log" >&2; die "$name exited (log: $C/logs/$name.log)"; }
     sleep 0.2
@@ -158,7 +159,9 @@ build() {
     done
     printf ')\n'
   } >"$mod/go.mod"
-  (cd "$mod" && go get $(for c in $cmds; do echo "k8s.io/kubernetes/cmd/$c@$K8S"; done))
+  local pkgs=()
+  for c in $cmds; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S"); done
+  (cd "$mod" && go get "${pkgs[@]}")
   # The version the binaries report (the kubelet's and kubectl's skew checks).
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -390,7 +393,7 @@ down() {
   # The kubelet links every container log into /var/log/containers (fixed path).
   if [ -d /var/log/containers ]; then
     find /var/log/containers -maxdepth 1 -lname "$C/*" -delete 2>/dev/null || true
-    [ -f "$C/.made-var-log-containers" ] && rmdir /var/log/containers 2>/dev/null || true
+    if [ -f "$C/.made-var-log-containers" ]; then rmdir /var/log/containers 2>/dev/null || true; fi
   fi
   local c
   for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
