@@ -69,7 +69,8 @@ func needCluster(t *testing.T) *cluster {
 
 // kubectl runs kubectl with the admin kubeconfig; stdin may be empty.
 func (c *cluster) kubectl(stdin string, args ...string) (string, error) {
-	cmd := exec.Command(c.kubectlBin, append([]string{"--kubeconfig", c.kubeconfig, "--request-timeout", "30s"}, args...)...)
+	cmd := exec.Command(c.kubectlBin, append([]string{"--kubeconfig", c.kubeconfig,
+		"--cache-dir", filepath.Join(c.dir, "kube-cache"), "--request-timeout", "30s"}, args...)...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -269,13 +269,14 @@ YAML
   cat >"$C/env" <<ENV
 export CRI_GUARD_CLUSTER=$C
 export KUBECONFIG=$C/admin.kubeconfig
+export KUBECACHEDIR=$C/kube-cache
 export PATH=$C/bin:\$PATH
 ENV
   local b
   for b in kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do ln -sf "$KBIN/$b" "$C/bin/$b"; done
 }
 
-kc() { "$KBIN/kubectl" --kubeconfig "$C/admin.kubeconfig" --request-timeout 10s "$@"; }
+kc() { "$KBIN/kubectl" --kubeconfig "$C/admin.kubeconfig" --cache-dir "$C/kube-cache" --request-timeout 10s "$@"; }
 
 node_ready() {
   [ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
@@ -307,7 +308,10 @@ up() {
   build
   CRI_GUARD_RT=$RT "$SRC/scripts/rt.sh" up
   mkdir -p "$C" && touch "$MARK"
-  [ -d /var/log/containers ] || touch "$C/.made-var-log-containers"
+  # Two fixed host paths the kubelet uses whatever its --root-dir: down
+  # removes what it put there, and the directories if they were not there before.
+  local d
+  for d in /var/log/containers /var/lib/kubelet; do [ -d $d ] || echo $d >>"$C/made-host-dirs"; done
   ts "configs, PKI, cri-guard"
   configs
   (cd "$SRC" && go build -tags grpcnotrace -trimpath -ldflags '-s -w' -o "$C/bin/cri-guard" ./cmd/cri-guard)
@@ -390,11 +394,17 @@ down() {
   { findmnt -rn -o TARGET | grep "^$C/" || true; } | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
-  # The kubelet links every container log into /var/log/containers (fixed path).
+  # The kubelet links every container log into /var/log/containers and
+  # listens for device plugins on /var/lib/kubelet/device-plugins/kubelet.sock.
   if [ -d /var/log/containers ]; then
     find /var/log/containers -maxdepth 1 -lname "$C/*" -delete 2>/dev/null || true
-    if [ -f "$C/.made-var-log-containers" ]; then rmdir /var/log/containers 2>/dev/null || true; fi
   fi
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+  local d
+  for d in $(cat "$C/made-host-dirs" 2>/dev/null || true); do
+    rmdir "$d/device-plugins" 2>/dev/null || true
+    rmdir "$d" 2>/dev/null || true
+  done
   local c
   for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
     [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
