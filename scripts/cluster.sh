@@ -318,6 +318,8 @@ up() {
   cg_make "$CGC-pods" # the kubelet's cgroupRoot must exist
 
   ts "etcd"
+  # A throwaway test store: no fsync (etcd's latency on a shared disk is the
+  # apiserver's, and nothing here outlives `down`).
   launch etcd --name cri-guard --data-dir "$C/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
     --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
@@ -325,6 +327,8 @@ up() {
   wait_for etcd 60 etcd curl -sf "http://$ETCD_CLIENT/health"
 
   ts "kube-apiserver"
+  # No endpoint reconciler: the apiserver's only address is 127.0.0.1, which an
+  # Endpoints object may not hold (nothing here uses the kubernetes Service).
   local P=$C/pki
   launch kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API#*:}" \
