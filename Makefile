@@ -3,19 +3,24 @@
 #   make build   bin/cri-guard
 #   make test    unit tests (-race), then scripts/rt.sh up (containerd 1.6) and
 #                up-events (containerd 1.7, for the event stream test), the
-#                integration tests, and the teardown of both (always)
+#                integration tests, then scripts/cluster.sh up (a one-node
+#                Kubernetes through cri-guard on that containerd) and the
+#                TestCluster* tests, and the teardown of all three (always)
 #   make run     scripts/rt.sh up, then cri-guard in the foreground on
 #                $(RUN_SOCKET) in front of that containerd
 #   make rt-up / rt-down   the harness alone
+#   make cluster-up / cluster-down / cluster-test   the one-node cluster alone
 
 SHELL := /usr/bin/env bash
 GO ?= go
 CRI_GUARD_RT ?= /tmp/cri-guard-rt
 RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
+CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
+CLUSTER_TIMEOUT ?= 20m
 export CRI_GUARD_RT
 
-.PHONY: build test unit kubeletdiff integration run rt-up rt-down clean install verify-units
+.PHONY: build test unit kubeletdiff integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -42,13 +47,19 @@ kubeletdiff:
 # exits non-zero if anything failed.
 test:
 	@rc=0; \
-	trap 'scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
+	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
 	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \
-	  $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
+	  CRI_GUARD_CLUSTER= $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
+	  if CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up; then \
+	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/ || rc=1; \
+	  else \
+	    echo "make test: scripts/cluster.sh up failed" >&2; rc=1; \
+	  fi; \
+	  CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; \
 	else \
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
@@ -63,6 +74,15 @@ rt-up:
 
 rt-down:
 	scripts/rt.sh down
+
+cluster-up:
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up
+
+cluster-down:
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down
+
+cluster-test:
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/
 
 run: build rt-up
 	@mkdir -p $(dir $(RUN_SOCKET))

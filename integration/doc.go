@@ -11,4 +11,15 @@
 //
 // Without CRI_GUARD_RT (or without its containerd socket) every test skips
 // and says why. The package builds the cri-guard binary and reads its checkpoints (checkpoint, pod): it tests the binary.
+//
+// The TestCluster* tests run on the one-node Kubernetes of
+// scripts/cluster.sh (control plane, a registered kubelet, cri-guard in front
+// of the harness containerd) and drive it with kubectl; they skip unless
+// CRI_GUARD_CLUSTER names the cluster's directory (`make test` sets it in a
+// second run, after `scripts/cluster.sh up`):
+//
+//	scripts/cluster.sh up
+//	CRI_GUARD_RT=/tmp/cri-guard-rt CRI_GUARD_CLUSTER=/tmp/cri-guard-cluster \
+//	  go test -tags integration -count=1 -v -run '^TestCluster' ./integration/
+//	scripts/cluster.sh down
 package integration

@@ -1,0 +1,434 @@
+#!/usr/bin/env bash
+# cluster.sh: a real one-node Kubernetes in front of the harness containerd,
+# with cri-guard between the kubelet and containerd.
+#
+#   scripts/cluster.sh build            build (or keep) etcd and Kubernetes $K8S
+#   scripts/cluster.sh up               start (or keep) the cluster; idempotent
+#   scripts/cluster.sh down             undo everything `up` did
+#   scripts/cluster.sh status           exit 0 when every component runs and the node is Ready
+#   scripts/cluster.sh kill-cri-guard   SIGKILL cri-guard (the kubelet keeps running)
+#   scripts/cluster.sh start-cri-guard  start cri-guard again with the same config and state
+#
+# The cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+# a kubelet of one Kubernetes release, built from their Go modules and cached in
+# $KBIN; a PKI made by tools/mkcerts (Node,RBAC authorization, NodeRestriction,
+# the kubelet with a system:node:$NODE client certificate); cri-guard built from
+# this checkout. The kubelet's runtime endpoint is cri-guard's socket; cri-guard
+# forwards to the harness containerd of scripts/rt.sh (`up` starts the harness
+# when it is not up; `down` leaves it up), whose CNI bridge gives pods their IPs.
+# cri-guard reads its stats from a fake tree under $C/stats that tests write to
+# (pressure at will, as in the other integration tests).
+#
+# While the cluster is up the kubelet owns the harness containerd: it kills
+# running sandboxes it does not know and removes dead ones, so nothing else may
+# use that containerd meanwhile (take /tmp/cri-guard-harness.lock around both).
+#
+# Everything listens on 127.0.0.1 only. Everything lives under $C
+# (CRI_GUARD_CLUSTER, default /tmp/cri-guard-cluster); each process runs in v1
+# cgroups of its own, /$CGC/<name>; the kubelet's pods under /$CGC-pods. `up`
+# writes $C/env (source it: KUBECONFIG, PATH with kubectl).
+set -euo pipefail
+
+C=${CRI_GUARD_CLUSTER:-/tmp/cri-guard-cluster}
+RT=${CRI_GUARD_RT:-/tmp/cri-guard-rt}
+K8S=v1.34.4  # the newest 1.34 on the module proxy: from 1.35 on the kubelet refuses cgroup v1 hosts by default
+ETCD=v3.6.16 # the newest 3.6 (Kubernetes 1.34 is tested against etcd 3.6)
+CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
+KBIN=$CACHE/kubernetes-$K8S/bin
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MARK=$C/.cri-guard-cluster
+CGC=cri-guard-cluster
+# The node name: the apiserver reaches the kubelet by the node's Hostname
+# address, and "localhost" is the one name that resolves to 127.0.0.1 from
+# /etc/hosts everywhere (the kubelet refuses a loopback --node-ip).
+NODE=localhost
+ETCD_CLIENT=127.0.0.1:23790
+ETCD_PEER=127.0.0.1:23800
+API=127.0.0.1:16443
+KCM_PORT=10357
+SCHED_PORT=10359
+KUBELET_PORT=10350
+KUBELET_HEALTHZ=10348
+GUARD_METRICS=127.0.0.1:19713
+SERVICE_CIDR=10.96.0.0/16
+export CGO_ENABLED=0
+
+T0=$EPOCHREALTIME
+ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[cluster +%6.2fs] %s\n", a - b, m }' >&2; }
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+
+# alive NAME: the process saved in $C/pids/NAME.pid runs and is the binary NAME.
+alive() {
+  local p
+  p=$(cat "$C/pids/$1.pid" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "${1:0:15}" ]
+}
+
+# stop NAME SIGNAL: stop the saved process, by PID only.
+stop() {
+  local p _
+  if alive "$1"; then
+    p=$(cat "$C/pids/$1.pid")
+    kill -"$2" "$p" 2>/dev/null || true
+    for _ in $(seq 150); do [ -d /proc/"$p" ] || break; sleep 0.1; done
+    if [ -d /proc/"$p" ]; then kill -9 "$p" 2>/dev/null || true; fi
+  fi
+  rm -f "$C/pids/$1.pid"
+}
+
+# hierarchies: every mounted cgroup hierarchy (v1 controllers, name=systemd, unified).
+hierarchies() { local h; for h in /sys/fs/cgroup/*/; do [ -f "$h/cgroup.procs" ] && echo "${h%/}"; done; }
+
+# cg_make PATH: the cgroup PATH (relative to the roots) in every hierarchy; a
+# new v1 cpuset gets the root's cpus and mems, or no process could join it.
+cg_make() {
+  local h d part
+  for h in $(hierarchies); do
+    d=$h
+    for part in ${1//\// }; do
+      d=$d/$part
+      [ -d "$d" ] || mkdir "$d"
+      if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
+        cat "$h/cpuset.cpus" >"$d/cpuset.cpus" && cat "$h/cpuset.mems" >"$d/cpuset.mems"
+      fi
+    done
+  done
+}
+
+# launch NAME ARGS...: run $KBIN/NAME (or the path in $BIN) in the background,
+# in the cgroups /$CGC/NAME of every hierarchy, detached from this shell, its
+# PID in $C/pids/NAME.pid and its output in $C/logs/NAME.log.
+launch() {
+  local name=$1 bin=${BIN:-$KBIN/$1}
+  shift
+  cg_make "$CGC/$name"
+  # shellcheck disable=SC2016 # expanded by the inner bash: $0 is the cgroup, $$ its PID
+  setsid bash -c 'for h in /sys/fs/cgroup/*/; do
+      if [ -f "$h$0/cgroup.procs" ]; then echo $$ >"$h$0/cgroup.procs"; fi; done; exec "$@"' \
+    "$CGC/$name" "$bin" "$@" >>"$C/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$C/pids/$name.pid"
+  local _ # until the exec: alive checks the binary's name
+  for _ in $(seq 100); do alive "$name" && return 0; [ -d /proc/$! ] || break; sleep 0.05; done
+  tail -30 "$C/logs/$name.log" >&2
+  die "$name did not start (log: $C/logs/$name.log)"
+}
+
+# wait_for WHAT SECONDS NAME CMD...: poll CMD until it succeeds; fail when NAME dies.
+wait_for() {
+  local what=$1 secs=$2 name=$3 _
+  shift 3
+  for _ in $(seq $((secs * 5))); do
+    "$@" >/dev/null 2>&1 && return 0
+    alive "$name" || { tail -30 "$C/logs/$name.log" >&2; die "$name exited (log: $C/logs/$name.log)"; }
+    sleep 0.2
+  done
+  tail -30 "$C/logs/$name.log" >&2
+  die "$what not ready after ${secs}s (log: $C/logs/$name.log)"
+}
+
+# build: etcd and the Kubernetes binaries into $KBIN, from their Go modules.
+# k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...)
+# with directories that its module zip does not hold, so neither `go install
+# pkg@version` nor a build inside the module cache works: a throwaway module
+# under the cache requires it and points every staging module at its v0.x tag.
+build() {
+  local cmds="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" c have=1
+  for c in etcd $cmds; do [ -x "$KBIN/$c" ] || have=0; done
+  [ $have = 1 ] && return 0
+  local mod=$CACHE/kubernetes-$K8S/mod v=${K8S#v1.} s ld p
+  mkdir -p "$mod" "$KBIN" "$CACHE/kubernetes-$K8S/etcd-mod"
+  if [ ! -x "$KBIN/etcd" ]; then
+    ts "build etcd $ETCD"
+    printf 'module cri-guard.local/etcd-build\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD" \
+      >"$CACHE/kubernetes-$K8S/etcd-mod/go.mod"
+    (cd "$CACHE/kubernetes-$K8S/etcd-mod" && go get "go.etcd.io/etcd/server/v3@$ETCD" &&
+      go build -trimpath -ldflags '-s -w' -o "$KBIN/etcd.tmp" go.etcd.io/etcd/server/v3)
+    mv "$KBIN/etcd.tmp" "$KBIN/etcd"
+  fi
+  ts "build Kubernetes $K8S: $cmds (cold: see README)"
+  {
+    printf 'module cri-guard.local/kubernetes-build\n\ngo 1.24.0\n\ngodebug default=go1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S"
+    for s in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider \
+      cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api \
+      cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms \
+      kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics \
+      mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller; do
+      printf '\tk8s.io/%s => k8s.io/%s v0.%s\n' "$s" "$s" "$v"
+    done
+    printf ')\n'
+  } >"$mod/go.mod"
+  local pkgs=()
+  for c in $cmds; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S"); done
+  (cd "$mod" && go get "${pkgs[@]}")
+  # The version the binaries report (the kubelet's and kubectl's skew checks).
+  ld="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld="$ld -X $p.gitVersion=$K8S -X $p.gitMajor=1 -X $p.gitMinor=${v%%.*} -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for c in $cmds; do
+    [ -x "$KBIN/$c" ] && continue
+    ts "build $c"
+    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$KBIN/$c.tmp" "k8s.io/kubernetes/cmd/$c")
+    mv "$KBIN/$c.tmp" "$KBIN/$c"
+  done
+}
+
+# kubeconfig NAME CERT: $C/NAME.kubeconfig for the client certificate $C/pki/CERT.
+kubeconfig() {
+  cat >"$C/$1.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: cri-guard
+  cluster: {server: "https://$API", certificate-authority: "$C/pki/ca.crt"}
+users:
+- name: $1
+  user: {client-certificate: "$C/pki/$2.crt", client-key: "$C/pki/$2.key"}
+contexts:
+- name: $1
+  context: {cluster: cri-guard, user: $1}
+current-context: $1
+YAML
+}
+
+configs() {
+  mkdir -p "$C"/{bin,logs,pids,etcd,kubelet,pod-logs,manifests,cri-guard/state,stats/proc/pressure,stats/cgroup}
+  (cd "$SRC" && go build -o "$C/bin/mkcerts" ./tools/mkcerts)
+  "$C/bin/mkcerts" -dir "$C/pki" -node "$NODE"
+  kubeconfig admin admin
+  kubeconfig controller-manager controller-manager
+  kubeconfig scheduler scheduler
+  kubeconfig kubelet node
+  # The fake stats tree cri-guard reads (tests rewrite meminfo for pressure):
+  # 16 GiB of memory, 12 GiB available, no PSI stall, no cgroup stats.
+  printf 'MemTotal:       16777216 kB\nMemFree:        12582912 kB\nMemAvailable:   12582912 kB\nBuffers:        0 kB\nCached:         0 kB\n' \
+    >"$C/stats/proc/meminfo"
+  printf 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n' \
+    >"$C/stats/proc/pressure/memory"
+  # cri-guard: CRI-only (no API connection), fast housekeeping for the tests;
+  # every pod in kube-system is critical (a system-node-critical priority is
+  # not in the CRI request, so the namespace is how cri-guard knows it).
+  cat >"$C/cri-guard/config.yaml" <<YAML
+listen: $C/cri-guard/cri-guard.sock
+runtimeEndpoint: $RT/containerd.sock
+stateDir: $C/cri-guard/state
+cgroupRoot: $C/stats/cgroup
+procRoot: $C/stats/proc
+housekeepingInterval: 1s
+evictionHard: {memory.available: 1Gi}
+evictionPressureTransitionPeriod: 10s
+evictionMaxPodGracePeriod: 5s
+psiTrigger: ""
+critical: {namespaces: [kube-system]}
+metricsAddress: $GUARD_METRICS
+adminSocket: $C/cri-guard/admin.sock
+log: {level: debug, format: text}
+YAML
+  # The kubelet: cgroupfs on this v1 host (failCgroupV1 false), pods under a
+  # cgroup root of its own, eviction thresholds it never reaches here (only
+  # cri-guard acts), no image GC (the harness's images are shared), no
+  # iptables chains, everything on 127.0.0.1.
+  cat >"$C/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ
+tlsCertFile: $C/pki/kubelet.crt
+tlsPrivateKeyFile: $C/pki/kubelet.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $C/pki/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$C/cri-guard/cri-guard.sock
+imageServiceEndpoint: unix://$C/cri-guard/cri-guard.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /$CGC-pods
+cgroupsPerQOS: true
+enforceNodeAllocatable: [pods]
+failCgroupV1: false
+failSwapOn: false
+oomScoreAdj: 0
+staticPodPath: $C/manifests
+fileCheckFrequency: 2s
+podLogsDir: $C/pod-logs
+evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}
+evictionPressureTransitionPeriod: 10s
+housekeepingInterval: 2s
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+makeIPTablesUtilChains: false
+rotateCertificates: false
+serializeImagePulls: false
+YAML
+  cat >"$C/env" <<ENV
+export CRI_GUARD_CLUSTER=$C
+export KUBECONFIG=$C/admin.kubeconfig
+export KUBECACHEDIR=$C/kube-cache
+export PATH=$C/bin:\$PATH
+ENV
+  local b
+  for b in kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do ln -sf "$KBIN/$b" "$C/bin/$b"; done
+}
+
+kc() { "$KBIN/kubectl" --kubeconfig "$C/admin.kubeconfig" --cache-dir "$C/kube-cache" --request-timeout 10s "$@"; }
+
+node_ready() {
+  [ "$(kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+guard_ok() {
+  [ -S "$C/cri-guard/cri-guard.sock" ] &&
+    CRI_CONFIG_FILE=/dev/null "$RT/bin/crictl" --runtime-endpoint "unix://$C/cri-guard/cri-guard.sock" --timeout 5s version >/dev/null 2>&1
+}
+
+start_guard() {
+  alive cri-guard && return 0
+  BIN=$C/bin/cri-guard launch cri-guard --config "$C/cri-guard/config.yaml"
+  wait_for cri-guard 60 cri-guard guard_ok
+}
+
+up_ok() {
+  local n
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler cri-guard kubelet; do alive $n || return 1; done
+  node_ready
+}
+
+up() {
+  if [ -f "$MARK" ] && up_ok; then
+    ts "already up: source $C/env"
+    return 0
+  fi
+  [ -e "$C" ] && down # stale leftovers of a killed run
+  build
+  CRI_GUARD_RT=$RT "$SRC/scripts/rt.sh" up
+  mkdir -p "$C" && touch "$MARK"
+  # Two fixed host paths the kubelet uses whatever its --root-dir: down
+  # removes what it put there, and the directories if they were not there before.
+  local d
+  for d in /var/log/containers /var/lib/kubelet; do [ -d $d ] || echo $d >>"$C/made-host-dirs"; done
+  ts "configs, PKI, cri-guard"
+  configs
+  (cd "$SRC" && go build -tags grpcnotrace -trimpath -ldflags '-s -w' -o "$C/bin/cri-guard" ./cmd/cri-guard)
+  cg_make "$CGC-pods" # the kubelet's cgroupRoot must exist
+
+  ts "etcd"
+  # A throwaway test store: no fsync (etcd's latency on a shared disk is the
+  # apiserver's, and nothing here outlives `down`).
+  launch etcd --name cri-guard --data-dir "$C/etcd" --unsafe-no-fsync \
+    --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
+    --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
+    --initial-cluster "cri-guard=http://$ETCD_PEER"
+  wait_for etcd 60 etcd curl -sf "http://$ETCD_CLIENT/health"
+
+  ts "kube-apiserver"
+  # No endpoint reconciler: the apiserver's only address is 127.0.0.1, which an
+  # Endpoints object may not hold (nothing here uses the kubernetes Service).
+  local P=$C/pki
+  launch kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API#*:}" \
+    --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" --kubelet-client-key "$P/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$P/ca.crt" --kubelet-preferred-address-types Hostname \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none \
+    --cert-dir "$C/apiserver-certs" --profiling=false
+  wait_for kube-apiserver 120 kube-apiserver kc get --raw /readyz
+
+  ts "kube-controller-manager, kube-scheduler"
+  launch kube-controller-manager --kubeconfig "$C/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$C/controller-manager.kubeconfig" --authorization-kubeconfig "$C/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" --use-service-account-credentials \
+    --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" --profiling=false
+  launch kube-scheduler --kubeconfig "$C/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$C/scheduler.kubeconfig" --authorization-kubeconfig "$C/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false
+  wait_for kube-controller-manager 60 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
+  wait_for kube-scheduler 60 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
+
+  ts "cri-guard"
+  start_guard
+
+  ts "kubelet"
+  launch kubelet --config "$C/kubelet.yaml" --kubeconfig "$C/kubelet.kubeconfig" \
+    --hostname-override "$NODE" --root-dir "$C/kubelet" --cert-dir "$C/kubelet/pki"
+  wait_for "node $NODE Ready" 120 kubelet node_ready
+  # Pods can be created once the default service account and root CA exist.
+  wait_for "default service account" 60 kube-controller-manager kc -n default get serviceaccount default
+  wait_for "kube-root-ca.crt" 60 kube-controller-manager kc -n default get configmap kube-root-ca.crt
+  ts "ready: source $C/env   (kubectl get nodes)"
+}
+
+# kubelet_sandboxes: the ids of the sandboxes in the harness containerd that a
+# kubelet made (they carry the io.kubernetes.pod.uid label; rt.sh's tests' do not).
+kubelet_sandboxes() {
+  local id
+  for id in $(rtctl pods -q 2>/dev/null || true); do
+    [ -n "$(rtctl inspectp -o go-template --template '{{index .status.labels "io.kubernetes.pod.uid"}}' "$id" 2>/dev/null)" ] &&
+      echo "$id"
+  done
+  return 0
+}
+
+# rtctl ARGS...: crictl on the harness containerd, directly.
+rtctl() { CRI_CONFIG_FILE=/dev/null timeout 60 "$RT/bin/crictl" --runtime-endpoint "unix://$RT/containerd.sock" "$@"; }
+
+down() {
+  [ -e "$C" ] || return 0
+  [ -f "$MARK" ] || die "$C exists but was not made by cluster.sh (no $MARK): not touching it"
+  ts "down"
+  stop kubelet TERM
+  if [ -S "$RT/containerd.sock" ] && [ -x "$RT/bin/crictl" ]; then
+    local id
+    for id in $(kubelet_sandboxes); do
+      rtctl stopp "$id" >/dev/null 2>&1 || true
+      rtctl rmp -f "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  local n
+  for n in cri-guard kube-scheduler kube-controller-manager kube-apiserver etcd; do stop $n TERM; done
+  { findmnt -rn -o TARGET | grep "^$C/" || true; } | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" || true
+  done
+  # The kubelet links every container log into /var/log/containers and
+  # listens for device plugins on /var/lib/kubelet/device-plugins/kubelet.sock.
+  if [ -d /var/log/containers ]; then
+    find /var/log/containers -maxdepth 1 -lname "$C/*" -delete 2>/dev/null || true
+  fi
+  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
+  local d
+  for d in $(cat "$C/made-host-dirs" 2>/dev/null || true); do
+    rmdir "$d/device-plugins" 2>/dev/null || true
+    rmdir "$d" 2>/dev/null || true
+  done
+  local c
+  for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
+    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
+  done
+  for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
+    [ -d "$c" ] && echo "cluster.sh: cgroup $c left (processes still in it?)" >&2
+  done
+  if findmnt -rn -o TARGET | grep -q "^$C/"; then
+    die "mounts left under $C; not removing it"
+  fi
+  rm -rf "$C"
+  ts "down done"
+}
+
+case "${1:-}" in
+build) build ;;
+up) up ;;
+down) down ;;
+status) up_ok ;;
+kill-cri-guard) stop cri-guard KILL ;;
+start-cri-guard) [ -f "$MARK" ] || die "not up"; start_guard ;;
+*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard" ;;
+esac
