@@ -66,8 +66,8 @@ type Config struct {
 	EvictionPressureTransitionPeriod Duration          `json:"evictionPressureTransitionPeriod"`
 	EvictionMaxPodGracePeriod        Duration          `json:"evictionMaxPodGracePeriod"`
 	// EnforceNodeAllocatable is the kubelet's setting of the same name:
-	// with "pods" (its default) every hard memory.available threshold also
-	// applies to allocatableMemory.available.
+	// with "pods" (its default) and a podsCgroup, every hard
+	// memory.available threshold also applies to allocatableMemory.available.
 	EnforceNodeAllocatable []string `json:"enforceNodeAllocatable"`
 	PSITrigger             string   `json:"psiTrigger"`
 

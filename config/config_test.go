@@ -40,7 +40,7 @@ log: {level: debug, format: json}
 			}
 			ts, err := c.Thresholds()
 			// the 4 given and the allocatable copy of the hard
-			// memory.available (enforceNodeAllocatable: [pods])
+			// memory.available (enforceNodeAllocatable: [pods], podsCgroup set)
 			if err != nil || len(ts) != 5 {
 				t.Fatalf("thresholds = %v, %v; want 5", ts, err)
 			}
@@ -66,7 +66,7 @@ log: {level: debug, format: json}
 			}
 		}},
 		// helpers.go ParseThresholdConfig/addAllocatableThresholds
-		{name: "enforceNodeAllocatable pods copies hard memory.available to allocatable", yaml: "evictionHard: {memory.available: 1Gi}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 0s}\n", check: func(t *testing.T, c Config) {
+		{name: "enforceNodeAllocatable pods copies hard memory.available to allocatable", yaml: "podsCgroup: /kubepods\nevictionHard: {memory.available: 1Gi}\nevictionSoft: {memory.available: 2Gi}\nevictionSoftGracePeriod: {memory.available: 0s}\n", check: func(t *testing.T, c Config) {
 			ts, err := c.Thresholds()
 			var got []string
 			for _, th := range ts {
@@ -77,7 +77,7 @@ log: {level: debug, format: json}
 				t.Fatalf("thresholds = %v, %v; want %s", got, err, want)
 			}
 		}},
-		{name: "enforceNodeAllocatable without pods: no copy", yaml: "evictionHard: {memory.available: 1Gi}\nenforceNodeAllocatable: []\n", check: func(t *testing.T, c Config) {
+		{name: "enforceNodeAllocatable without pods: no copy", yaml: "podsCgroup: /kubepods\nevictionHard: {memory.available: 1Gi}\nenforceNodeAllocatable: []\n", check: func(t *testing.T, c Config) {
 			if ts, err := c.Thresholds(); err != nil || len(ts) != 1 {
 				t.Fatalf("thresholds = %v, %v; want only memory.available", ts, err)
 			}

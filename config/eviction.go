@@ -17,8 +17,9 @@ func (c Config) ThresholdConfig() pressure.ThresholdConfig {
 		MinimumReclaim:   c.EvictionMinimumReclaim,
 		TransitionPeriod: c.EvictionPressureTransitionPeriod.Duration,
 		// the kubelet parses its thresholds with enforceNodeAllocatable
-		// (pkg/kubelet/eviction/helpers.go ParseThresholdConfig)
-		AllocatableFromHard: slices.Contains(c.EnforceNodeAllocatable, "pods"),
+		// (pkg/kubelet/eviction/helpers.go ParseThresholdConfig); without
+		// a pods cgroup there is no allocatableMemory.available to watch
+		AllocatableFromHard: c.PodsCgroup != "" && slices.Contains(c.EnforceNodeAllocatable, "pods"),
 	}
 }
 

@@ -7,7 +7,7 @@
 #   scripts/cluster.sh down             undo everything `up` did
 #   scripts/cluster.sh status           exit 0 when every component runs and the node is Ready
 #   scripts/cluster.sh kill-cri-guard   SIGKILL cri-guard (the kubelet keeps running)
-#   scripts/cluster.sh start-cri-guard  start cri-guard again with the same config and state
+#   scripts/cluster.sh start-cri-guard [api]  start cri-guard again on the same state (api: connected to the API server)
 #
 # The cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 # a kubelet of one Kubernetes release, built from their Go modules and cached in
@@ -226,6 +226,12 @@ metricsAddress: $GUARD_METRICS
 adminSocket: $C/cri-guard/admin.sock
 log: {level: debug, format: text}
 YAML
+  # The same cri-guard connected to the API server with the kubelet's own
+  # node credentials (start-cri-guard api): priority, requests and
+  # tolerations from the API, decisions reported there. No critical
+  # namespace: a system-node-critical pod is critical by its priority.
+  sed -e '/^critical:/d' "$C/cri-guard/config.yaml" >"$C/cri-guard/config-api.yaml"
+  printf 'kubernetes: {kubeconfig: %s, nodeName: %s}\n' "$C/kubelet.kubeconfig" "$NODE" >>"$C/cri-guard/config-api.yaml"
   # The kubelet: cgroupfs on this v1 host (failCgroupV1 false), pods under a
   # cgroup root of its own, eviction thresholds it never reaches here (only
   # cri-guard acts), no image GC (the harness's images are shared), no
@@ -287,9 +293,12 @@ guard_ok() {
     CRI_CONFIG_FILE=/dev/null "$RT/bin/crictl" --runtime-endpoint "unix://$C/cri-guard/cri-guard.sock" --timeout 5s version >/dev/null 2>&1
 }
 
+# start_guard [api]: cri-guard CRI-only, or with the API connection.
 start_guard() {
   alive cri-guard && return 0
-  BIN=$C/bin/cri-guard launch cri-guard --config "$C/cri-guard/config.yaml"
+  local cfg=$C/cri-guard/config.yaml
+  [ "${1:-}" = api ] && cfg=$C/cri-guard/config-api.yaml
+  BIN=$C/bin/cri-guard launch cri-guard --config "$cfg"
   wait_for cri-guard 60 cri-guard guard_ok
 }
 
@@ -429,6 +438,6 @@ up) up ;;
 down) down ;;
 status) up_ok ;;
 kill-cri-guard) stop cri-guard KILL ;;
-start-cri-guard) [ -f "$MARK" ] || die "not up"; start_guard ;;
-*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard" ;;
+start-cri-guard) [ -f "$MARK" ] || die "not up"; start_guard "${2:-}" ;;
+*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard [api]" ;;
 esac

@@ -30,13 +30,13 @@ func TestReload(t *testing.T) {
 	}{
 		{name: "no config file", noPath: true, wantLog: "nothing to reload"},
 		{name: "new thresholds", file: "evictionHard: {memory.available: 1Gi}\nevictionPressureTransitionPeriod: 1m\n",
-			wantApplied: []string{"hard memory.available<1Gi", "hard allocatableMemory.available<1Gi"}, wantLog: "eviction thresholds reloaded"},
+			wantApplied: []string{"hard memory.available<1Gi"}, wantLog: "eviction thresholds reloaded"},
 		{name: "other changes need a restart", file: "listen: /run/other.sock\n",
-			wantApplied: []string{"hard memory.available<100Mi", "hard allocatableMemory.available<100Mi"}, wantLog: "need a restart"},
+			wantApplied: []string{"hard memory.available<100Mi"}, wantLog: "need a restart"},
 		{name: "bad file keeps the old thresholds", file: "evictionHard: {memory.available: -1Gi}\nonStatsError: maybe\n", wantErr: true,
 			wantLog: `problem="evictionHard[memory.available]: eviction threshold must be positive: -1Gi"`},
 		{name: "apply fails", file: "evictionHard: {memory.available: 1Gi}\n", applyErr: errApply, wantErr: true,
-			wantApplied: []string{"hard memory.available<1Gi", "hard allocatableMemory.available<1Gi"}, wantLog: "not applied"},
+			wantApplied: []string{"hard memory.available<1Gi"}, wantLog: "not applied"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

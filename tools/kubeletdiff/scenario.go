@@ -284,6 +284,11 @@ func (c cfgSpec) yaml(cri bool) []byte {
 			fmt.Fprintf(&b, "evictionMaxPodGracePeriod: %d\n", *c.MaxPodGrace)
 		}
 	}
+	if cri {
+		// the node's pods cgroup, which the kubelet always knows: cri-guard
+		// watches allocatableMemory.available only with it
+		b.WriteString("podsCgroup: /kubepods\n")
+	}
 	return []byte(b.String())
 }
 
