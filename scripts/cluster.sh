@@ -230,7 +230,10 @@ YAML
   # node credentials (start-cri-guard api): priority, requests and
   # tolerations from the API, decisions reported there. No critical
   # namespace: a system-node-critical pod is critical by its priority.
-  sed -e '/^critical:/d' "$C/cri-guard/config.yaml" >"$C/cri-guard/config-api.yaml"
+  # A longer transition period: the tests create pods while MemoryPressure
+  # holds without a threshold met (so that nothing more is evicted).
+  sed -e '/^critical:/d' -e 's/^evictionPressureTransitionPeriod: .*/evictionPressureTransitionPeriod: 60s/' \
+    "$C/cri-guard/config.yaml" >"$C/cri-guard/config-api.yaml"
   printf 'kubernetes: {kubeconfig: %s, nodeName: %s}\n' "$C/kubelet.kubeconfig" "$NODE" >>"$C/cri-guard/config-api.yaml"
   # The kubelet: cgroupfs on this v1 host (failCgroupV1 false), pods under a
   # cgroup root of its own, eviction thresholds it never reaches here (only

@@ -1,0 +1,214 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClusterAPI: cri-guard connected to the API server with the kubelet's
+// own credentials (cluster.sh start-cri-guard api) decides with what only
+// the API says and reports its decisions as the kubelet does (issue 15):
+//
+//   - an evicted BestEffort Deployment replica ends Failed, reason Evicted,
+//     the kubelet's message and DisruptionTarget, with a Warning event
+//     Evicted, and its ReplicaSet creates a replacement;
+//   - a Burstable pod below its API memory request ranks after the
+//     BestEffort one (so it is not the victim);
+//   - a BestEffort pod created under MemoryPressure ends Failed, "Pod was
+//     rejected: The node had condition: [MemoryPressure]. ", and the kubelet
+//     stops trying; one that tolerates node.kubernetes.io/memory-pressure is
+//     admitted;
+//   - a system-node-critical pod without any annotation (no critical
+//     namespace in this configuration) is never evicted;
+//   - cri-guard's node condition CriGuardMemoryPressure shows its view.
+func TestClusterAPI(t *testing.T) {
+	c := needCluster(t)
+	// v1 memory stats under cri-guard's fake cgroup root, so that pod
+	// usage can be set; cri-guard detects the layout at start-up
+	mem := filepath.Join(c.dir, "stats", "cgroup", "memory")
+	if err := os.MkdirAll(mem, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeAtomic(t, filepath.Join(mem, "memory.usage_in_bytes"), "0\n")
+	c.script(t, false, "kill-cri-guard")
+	c.script(t, false, "start-cri-guard", "api")
+	t.Cleanup(func() {
+		c.setAvailable(t, 12<<30)
+		c.script(t, false, "kill-cri-guard")
+		_ = os.RemoveAll(mem)
+		c.script(t, false, "start-cri-guard")
+	})
+	ns := c.namespace(t, "cg-api")
+	t.Cleanup(func() { c.setAvailable(t, 12<<30) })
+
+	c.apply(t, fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      dnsPolicy: Default
+      containers:
+      - name: main
+        image: %s
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, '%s']
+`, ns, clusterImage, podCommand))
+	c.apply(t, podManifest(ns, "bu", "{requests: {memory: 512Mi}, limits: {memory: 1Gi}}", ""))
+	critical := "critical-" + ns
+	c.apply(t, podManifest("kube-system", critical, "{}", "  priorityClassName: system-node-critical\n"))
+	t.Cleanup(func() {
+		if _, err := c.kubectl("", "-n", "kube-system", "delete", "pod", critical, "--wait=true", "--timeout=60s"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	c.waitRunning(t, ns, 3*time.Minute, "bu")
+	c.waitRunning(t, "kube-system", 3*time.Minute, critical)
+	var web kPod
+	c.waitFor(t, "the web replica running", 3*time.Minute, func() (bool, string) {
+		ps := c.pods(t, ns, "app=web")
+		if len(ps) != 1 {
+			return false, fmt.Sprintf("%d web pods", len(ps))
+		}
+		web = ps[0]
+		return web.running()
+	})
+	crit, err := c.pod(t, "kube-system", critical)
+	if err != nil {
+		t.Fatal(err)
+	}
+	critContainer := crit.Status.ContainerStatuses[0].ContainerID
+	bu, err := c.pod(t, ns, "bu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// usage: the BestEffort replica 100Mi over its (zero) request, the
+	// Burstable pod 300Mi under its 512Mi request (which only the API says:
+	// its cgroup shows none), the critical pod the largest
+	podMem := func(p kPod, qos string, usage int64) {
+		parent := "/cri-guard-cluster-pods/kubepods/pod" + p.Metadata.UID
+		if qos != "" {
+			parent = "/cri-guard-cluster-pods/kubepods/" + qos + "/pod" + p.Metadata.UID
+		}
+		dir := filepath.Join(mem, parent)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeAtomic(t, filepath.Join(dir, "memory.usage_in_bytes"), fmt.Sprintf("%d\n", usage))
+		writeAtomic(t, filepath.Join(dir, "memory.stat"), "cache 0\nrss 0\ntotal_inactive_file 0\n")
+		writeAtomic(t, filepath.Join(dir, "memory.limit_in_bytes"), "9223372036854771712\n")
+		writeAtomic(t, filepath.Join(dir, "memory.soft_limit_in_bytes"), "0\n")
+	}
+	podMem(web, "besteffort", 100<<20)
+	podMem(bu, "burstable", 300<<20)
+	podMem(crit, "besteffort", 900<<20)
+
+	// Pressure: one pass evicts the web replica, then the pressure is gone
+	// but MemoryPressure holds for the transition period (60 s).
+	start := time.Now()
+	c.setAvailable(t, 500<<20)
+	var evictedAt, replacedAt time.Duration
+	c.waitFor(t, "the web replica Failed/Evicted in the API", time.Minute, func() (bool, string) {
+		p, err := c.pod(t, ns, web.Metadata.Name)
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == "Failed" && p.Status.Reason == "Evicted", fmt.Sprintf("%+v", p.Status)
+	})
+	evictedAt = time.Since(start)
+	c.setAvailable(t, 12<<30)
+	w, err := c.pod(t, ns, web.Metadata.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const evictMsg = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
+	if !strings.HasPrefix(w.Status.Message, evictMsg) {
+		t.Errorf("evicted pod message %q, want the kubelet's %q", w.Status.Message, evictMsg)
+	}
+	dt := false
+	for _, cd := range w.Status.Conditions {
+		dt = dt || (cd.Type == "DisruptionTarget" && cd.Status == "True" && cd.Reason == "TerminationByKubelet")
+	}
+	if !dt {
+		t.Errorf("evicted pod conditions %+v, want DisruptionTarget True TerminationByKubelet", w.Status.Conditions)
+	}
+	if _, err := findEvent(c.events(t, ns, web.Metadata.Name), "Evicted", evictMsg); err != nil {
+		t.Errorf("evicted pod: %v", err)
+	}
+	c.waitFor(t, "a replacement replica created", time.Minute, func() (bool, string) {
+		ps := c.pods(t, ns, "app=web")
+		return len(ps) >= 2, fmt.Sprintf("%d web pods", len(ps))
+	})
+	replacedAt = time.Since(start)
+	t.Logf("pressure to the replica Failed/Evicted in the API: %.1fs; to its replacement: %.1fs", evictedAt.Seconds(), replacedAt.Seconds())
+	// the replacements land on this node and are rejected while
+	// MemoryPressure holds: stop the churn
+	c.must(t, "-n", ns, "scale", "deployment", "web", "--replicas=0")
+	if p, err := c.pod(t, ns, "bu"); err != nil || p.Status.Phase != "Running" {
+		t.Errorf("bu (below its request) phase %s, %v: want Running, not the victim", p.Status.Phase, err)
+	}
+
+	// Under MemoryPressure: a new BestEffort pod is rejected, one tolerating
+	// memory-pressure is admitted.
+	c.apply(t, podManifest(ns, "newcomer", "{}", ""))
+	c.apply(t, podManifest(ns, "tolerant", "{}", "  tolerations: [{key: node.kubernetes.io/memory-pressure, operator: Exists, effect: NoSchedule}]\n"))
+	const rejected = "Pod was rejected: The node had condition: [MemoryPressure]. "
+	c.waitFor(t, "the newcomer rejected", time.Minute, func() (bool, string) {
+		p, err := c.pod(t, ns, "newcomer")
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == "Failed" && strings.HasPrefix(p.Status.Message, rejected), fmt.Sprintf("%+v", p.Status)
+	})
+	c.waitRunning(t, ns, time.Minute, "tolerant")
+	tries := func() int {
+		n := 0
+		for _, e := range c.events(t, ns, "newcomer") {
+			if e.Reason == "FailedCreatePodSandBox" {
+				n += max(e.Count, 1)
+			}
+		}
+		return n
+	}
+	before := tries()
+	time.Sleep(20 * time.Second) // the kubelet would retry within 10-15 s
+	if after := tries(); after != before {
+		t.Errorf("the kubelet kept trying the rejected pod: %d FailedCreatePodSandBox events, then %d", before, after)
+	}
+	if conds := c.nodeConditions(t); conds["CriGuardMemoryPressure"] != "True" || conds["MemoryPressure"] != "False" {
+		t.Errorf("node conditions %v: want CriGuardMemoryPressure True (cri-guard's), MemoryPressure False (the kubelet's)", conds)
+	}
+
+	for _, args := range [][]string{
+		{"-n", ns, "get", "pods", "-o", "wide"},
+		{"-n", ns, "get", "pod", web.Metadata.Name, "-o", "yaml"},
+		{"-n", ns, "get", "pod", "newcomer", "-o", "yaml"},
+		{"-n", ns, "get", "events", "--sort-by=.lastTimestamp"},
+		{"describe", "node", clusterNode},
+	} {
+		t.Logf("$ kubectl %s\n%s", strings.Join(args, " "), c.must(t, args...))
+	}
+	t.Logf("$ cri-guard status\n%s", c.guardStatus(t))
+
+	// The critical pod: never evicted, its container not restarted.
+	p, err := c.pod(t, "kube-system", critical)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, d := p.running(); !ok || p.Status.ContainerStatuses[0].ContainerID != critContainer {
+		t.Errorf("system-node-critical pod: %s, container %s (was %s)", d, p.Status.ContainerStatuses[0].ContainerID, critContainer)
+	}
+	if !strings.Contains(c.guardStatus(t), "api server:") {
+		t.Error("cri-guard status does not show the API connection")
+	}
+}
