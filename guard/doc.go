@@ -17,7 +17,19 @@
 //   - StopPodSandbox/RemovePodSandbox through cri-guard, runtime events and
 //     housekeeping resyncs update or drop records on the loop.
 //
-// Restore replays checkpoints through admission before Run. It imports pod,
+// With an API connection (Options.API and Reporter, kube.Client) pods are
+// completed with what the API says before each decision (priority, requests,
+// grace period, tolerations), a refused first attempt is reported as the
+// kubelet's rejectPod and an eviction once its stop happened; both are
+// queued, never waited for. A record whose write failed (full disk) is kept
+// in memory and written again each housekeeping pass: bookkeeping never
+// refuses a pod.
+//
+// Restore replays checkpoints through admission before Run, taking from
+// containerd what it can tell (the sandbox's own config) and from the
+// record only what only cri-guard knows; when it cannot finish, the loop
+// serves degraded (ServeDegraded) and RetryRestore completes it on the
+// loop later. It imports pod,
 // evictor, checkpoint and runtimeproxy (their types, through small
 // interfaces); it never imports server. Readers get snapshots.
 package guard
