@@ -70,6 +70,11 @@ type Config struct {
 	// memory.available threshold also applies to allocatableMemory.available.
 	EnforceNodeAllocatable []string `json:"enforceNodeAllocatable"`
 	PSITrigger             string   `json:"psiTrigger"`
+	// KernelMemcgNotification is the kubelet's setting of the same name: a
+	// v1 memcg threshold notification on the pods cgroup wakes the loop
+	// when allocatableMemory.available crosses a threshold (fastpath.go).
+	KernelMemcgNotification bool     `json:"kernelMemcgNotification"`
+	FastPoll                FastPoll `json:"fastPoll"`
 
 	Critical       Critical `json:"critical"`
 	OnStatsError   string   `json:"onStatsError"`
@@ -126,6 +131,8 @@ func Default() Config {
 		EvictionMaxPodGracePeriod:        Duration{0}, // the kubelet's: no default in v1beta1
 		EnforceNodeAllocatable:           []string{"pods"},
 		PSITrigger:                       DefaultPSITrigger,
+		KernelMemcgNotification:          DefaultKernelMemcgNotification,
+		FastPoll:                         DefaultFastPoll(),
 		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
 		OnStatsError:                     "admit",
 		RestoredPods:                     "enforce",

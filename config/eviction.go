@@ -47,5 +47,5 @@ func (c Config) validateEviction() []error {
 			errs = append(errs, fmt.Errorf("psiTrigger: %w", err))
 		}
 	}
-	return errs
+	return append(errs, c.validateFastPath()...)
 }

@@ -73,6 +73,8 @@ type Config struct {
 	// StopTimeout bounds one eviction (grace period plus this): a stop that
 	// takes longer counts as failed.
 	StopTimeout time.Duration
+	// FastPoll polls fast near a threshold (fastpath.go); zero: off.
+	FastPoll FastPoll
 }
 
 // Options are the loop's dependencies.
@@ -192,6 +194,9 @@ func (l *Loop) Run(ctx context.Context) error {
 	burst.Stop()
 	defer burst.Stop()
 	burstLeft := 0
+	fp := newFastPoller(l.cfg.FastPoll, l.ev)
+	defer fp.stop()
+	fp.schedule()
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,15 +205,21 @@ func (l *Loop) Run(ctx context.Context) error {
 			f()
 		case <-tick.C:
 			l.housekeeping(ctx, "tick")
+			fp.schedule()
 		case <-l.trigger:
 			l.housekeeping(ctx, "psi")
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
+			fp.schedule()
 		case <-burst.C:
 			l.housekeeping(ctx, "psi-follow-up")
 			if burstLeft--; burstLeft > 0 {
 				burst.Reset(psiFollowUpInterval)
 			}
+			fp.schedule()
+		case <-fp.c():
+			l.fastPass(ctx, fp)
+			fp.schedule()
 		}
 	}
 }
@@ -233,10 +244,11 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	if l.wdog != nil {
 		defer l.wdog()
 	}
-	// Follow-ups come every 100 ms while memory is short: they evaluate the
+	// Follow-ups come every 100 ms while memory is short (fast polls every
+	// FastPoll.Interval near a threshold): they evaluate the
 	// fresh pressure each time but list the sandboxes (the runtime events
 	// keep the view true in between) at most once per followUpResync.
-	if why != "psi-follow-up" || l.now().Sub(l.lastResync) >= followUpResync {
+	if (why != "psi-follow-up" && why != "fast-poll") || l.now().Sub(l.lastResync) >= followUpResync {
 		l.lastResync = l.now()
 		l.resync(ctx)
 		l.retryUnsaved()

@@ -13,4 +13,19 @@
 // (--proxy-endpoint, with --proxy-pid for CPU and memory), or, with neither,
 // this binary re-executes itself as "serve-core": the proxy core alone
 // (runtimeproxy + server), without the sync loop.
+//
+// The race subcommand races cri-guard against the kernel's OOM killer (issue
+// 16): in a pods cgroup with a memory limit (the domain), with bystanders (a
+// BestEffort, a Burstable and a critical static pod), a runaway pod grows
+// anonymous memory at a fixed rate (tools/memhog -anon); a run ends when
+// cri-guard stops the runaway's sandbox or the kernel OOM-kills anything in
+// the domain. Each mode is a cri-guard configuration; the table gives, per
+// mode and rate, runs won and lost, whom the OOM killer took, the times from
+// the threshold crossing to the decision and to the sandbox stopped, and the
+// peak usage. Hold the harness lock while it runs:
+//
+//	go build -o /tmp/memhog ./tools/memhog
+//	flock /tmp/cri-guard-harness.lock cri-guard-bench race \
+//	    --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
+//	    --cri-guard-binary bin/cri-guard --memhog /tmp/memhog [--quick]
 package main

@@ -96,6 +96,9 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "race" {
+		os.Exit(raceMain(os.Args[2:]))
+	}
 	o, err := parseBenchFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)

@@ -120,6 +120,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			runTrigger(loopCtx, sampler.TriggerFile(), cfg.PSITrigger, loop, logger.WithField("component", "psi"))
 		})
 	}
+	if cfg.KernelMemcgNotification {
+		runMemcgNotifiers(loopCtx, &wg, cfg, sampler, loop, logger.WithField("component", "memcg"))
+	}
 	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
 			var added, removed []string
@@ -256,6 +259,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		HousekeepingInterval: cfg.HousekeepingInterval.Duration,
 		EnforceRestored:      cfg.RestoredPods == "enforce",
 		Rules:                cfg.CriticalRules(),
+		FastPoll:             fastPoll(cfg),
 	}, opts)
 	if err != nil {
 		bounded.Close()

@@ -1,10 +1,19 @@
-// Command memhog makes real memory pressure: it maps a file larger than
-// the memory limit of its cgroup and keeps writing to every page, so the
-// kernel must reclaim and refault page cache all the time and the cgroup's
-// memory PSI rises. The end-to-end tests run it in a container (mounted from
-// the host) to have cri-guard evict a pod on a real PSI trigger.
+// Command memhog makes real memory pressure, in one of two ways.
+//
+// File mode (the default) maps a file larger than the memory limit of its
+// cgroup and keeps writing to every page, so the kernel must reclaim and
+// refault page cache all the time and the cgroup's memory PSI rises. The
+// end-to-end tests run it in a container (mounted from the host) to have
+// cri-guard evict a pod on a real PSI trigger.
 //
 //	memhog -file /data/hog -size 400
+//
+// Anonymous mode allocates private anonymous memory at a fixed rate and
+// touches every page, so the cgroup's usage grows at that rate with no page
+// cache to reclaim: the runaway pod of cri-guard-bench race. It stops
+// growing at -size MiB (0: never) and then sleeps.
+//
+//	memhog -anon -prefill 300 -rate 200 -size 0
 package main
 
 import (
@@ -16,10 +25,19 @@ import (
 )
 
 func main() {
-	path := flag.String("file", "/tmp/memhog", "file to map")
-	sizeMiB := flag.Int("size", 400, "size of the mapping in MiB")
+	path := flag.String("file", "/tmp/memhog", "file to map (file mode)")
+	sizeMiB := flag.Int("size", 400, "size of the mapping in MiB; in -anon mode where to stop growing (0: never)")
+	anon := flag.Bool("anon", false, "allocate anonymous memory at -rate instead of mapping a file")
+	rate := flag.Float64("rate", 100, "growth in MB/s (10^6 bytes) in -anon mode")
+	prefill := flag.Int("prefill", 0, "in -anon mode, MiB touched at once before growing at -rate")
 	flag.Parse()
-	if err := run(*path, int64(*sizeMiB)<<20); err != nil {
+	var err error
+	if *anon {
+		err = runAnon(*rate*1e6, int64(*prefill)<<20, int64(*sizeMiB)<<20)
+	} else {
+		err = run(*path, int64(*sizeMiB)<<20)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "memhog:", err)
 		os.Exit(1)
 	}
@@ -44,4 +62,56 @@ func run(path string, size int64) error {
 			b[i] = pass
 		}
 	}
+}
+
+// anonChunk is what runAnon maps at a time.
+const anonChunk = 64 << 20
+
+// runAnon touches prefill bytes at once, then grows by bytesPerSecond:
+// every tick it touches the pages that the elapsed time allows (paced
+// against the start, so a slow tick is caught up), mapping fresh anonymous
+// chunks as needed.
+func runAnon(bytesPerSecond float64, prefill, limit int64) error {
+	if bytesPerSecond <= 0 {
+		return fmt.Errorf("rate must be positive")
+	}
+	const page = 4096
+	if limit > 0 {
+		prefill = min(prefill, limit)
+	}
+	var chunk []byte
+	var off int
+	var touched int64
+	touch := func(want int64) error {
+		for touched < want {
+			if off >= len(chunk) {
+				b, err := syscall.Mmap(-1, 0, anonChunk, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+				if err != nil {
+					return fmt.Errorf("mmap anonymous: %w", err)
+				}
+				chunk, off = b, 0
+			}
+			chunk[off] = 1
+			off += page
+			touched += page
+		}
+		return nil
+	}
+	if err := touch(prefill); err != nil {
+		return err
+	}
+	start := time.Now()
+	fmt.Printf("memhog: prefilled %d MiB, anonymous growth at %.0f MB/s from %s\n", prefill>>20, bytesPerSecond/1e6, start.Format(time.RFC3339Nano))
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		want := prefill + int64(time.Since(start).Seconds()*bytesPerSecond)
+		if limit > 0 {
+			want = min(want, limit)
+		}
+		if err := touch(want); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,0 +1,673 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/api/resource"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/config"
+)
+
+// raceOptions are the settings of `cri-guard-bench race`.
+type raceOptions struct {
+	RuntimeEndpoint string
+	Binary          string
+	Memhog          string
+	Image           string
+	CgroupRoot      string
+	WorkDir         string
+	Rates           []float64
+	Runs            int
+	Modes           []string
+	Domain          int64
+	Threshold       int64
+	Headroom        int64
+	Bystander       int64
+	RunTimeout      time.Duration
+}
+
+// raceModes are the cri-guard configurations raced, as config file lines
+// added to the common ones. "default" adds nothing: the shipped defaults.
+var raceModes = map[string]string{
+	"default": "",
+	// the kubelet's cadence: housekeeping every 10 s, nothing else
+	"kubelet": "housekeepingInterval: 10s\npsiTrigger: \"\"\n" + fastPathsOff,
+	// the PSI trigger alone (the previous release's default)
+	"psi": "housekeepingInterval: 10s\n" + fastPathsOff,
+	// each fast path alone, on the kubelet's cadence
+	"memcg":    "psiTrigger: \"\"\nfastPoll: {interval: 0s, watch: 0s}\nkernelMemcgNotification: true\n",
+	"fastpoll": "psiTrigger: \"\"\nkernelMemcgNotification: false\n",
+}
+
+const fastPathsOff = "kernelMemcgNotification: false\nfastPoll: {interval: 0s, watch: 0s}\n"
+
+var defaultRaceModes = []string{"default", "kubelet", "psi", "memcg", "fastpoll"}
+
+func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
+	o := raceOptions{}
+	fs := flag.NewFlagSet("cri-guard-bench race", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", config.DefaultRuntimeEndpoint, "containerd's CRI socket")
+	fs.StringVar(&o.Binary, "cri-guard-binary", "bin/cri-guard", "the cri-guard binary raced")
+	fs.StringVar(&o.Memhog, "memhog", "", "tools/memhog binary, mounted into the pods (required)")
+	fs.StringVar(&o.Image, "image", "registry.k8s.io/e2e-test-images/busybox:1.29-2", "image of the pods' containers (must be present)")
+	fs.StringVar(&o.CgroupRoot, "cgroup-parent-root", "/cri-guard-rt-pods", "the domain cgroup is <root>/race-<pid>")
+	fs.StringVar(&o.WorkDir, "work-dir", "", "directory for configs, logs and sockets (default: a new temporary directory)")
+	rates := fs.String("rates", "25,50,100,200,400,800,1600", "growth rates of the runaway in MB/s, comma-separated")
+	fs.IntVar(&o.Runs, "runs", 3, "runs per mode and rate")
+	modes := fs.String("modes", strings.Join(defaultRaceModes, ","), "cri-guard configurations raced, comma-separated")
+	domain := fs.String("domain", "1Gi", "memory limit of the pods' cgroup")
+	threshold := fs.String("threshold", "200Mi", "hard threshold of allocatableMemory.available (evictionHard memory.available with enforceNodeAllocatable [pods])")
+	headroom := fs.String("headroom", "128Mi", "the runaway starts this far above the threshold (it prefills the rest at once)")
+	bystander := fs.String("bystander", "100Mi", "memory of the BestEffort and Burstable bystanders (the critical pod has half)")
+	fs.DurationVar(&o.RunTimeout, "run-timeout", 40*time.Second, "bound of one run")
+	quick := fs.Bool("quick", false, "rates 25,400,1600 and one run each (a smoke test)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if *quick {
+		*rates, o.Runs = "25,400,1600", 1
+	}
+	for _, s := range strings.Split(*rates, ",") {
+		r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || r <= 0 {
+			return o, fmt.Errorf("--rates: bad rate %q", s)
+		}
+		o.Rates = append(o.Rates, r)
+	}
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(m)
+		if _, ok := raceModes[m]; !ok {
+			return o, fmt.Errorf("--modes: unknown mode %q (known: %s)", m, strings.Join(raceModeNames(), ", "))
+		}
+		o.Modes = append(o.Modes, m)
+	}
+	for _, q := range []struct {
+		name string
+		s    string
+		v    *int64
+	}{{"domain", *domain, &o.Domain}, {"threshold", *threshold, &o.Threshold}, {"headroom", *headroom, &o.Headroom}, {"bystander", *bystander, &o.Bystander}} {
+		v, err := resource.ParseQuantity(q.s)
+		if err != nil {
+			return o, fmt.Errorf("--%s: %w", q.name, err)
+		}
+		*q.v = v.Value()
+	}
+	if o.Memhog == "" {
+		return o, errors.New("--memhog is required (go build -o /tmp/memhog ./tools/memhog)")
+	}
+	if o.Runs < 1 || o.Threshold+o.Headroom+2*o.Bystander >= o.Domain {
+		return o, errors.New("--runs must be positive and the bystanders, headroom and threshold must fit in --domain")
+	}
+	return o, nil
+}
+
+func raceModeNames() []string {
+	var names []string
+	for n := range raceModes {
+		names = append(names, n)
+	}
+	return names
+}
+
+// role names the pods of a race.
+const (
+	roleRunaway    = "runaway"
+	roleBestEffort = "besteffort"
+	roleBurstable  = "burstable"
+	roleCritical   = "critical"
+)
+
+// racePod is one pod of the race.
+type racePod struct {
+	role      string
+	name, uid string
+	parent    string // cgroup parent
+	sandbox   string
+	container string
+	config    *runtimeapi.PodSandboxConfig
+}
+
+// race runs every mode, one cri-guard at a time, and prints the table.
+func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) (err error) {
+	workDir := o.WorkDir
+	if workDir == "" {
+		if workDir, err = os.MkdirTemp("", "cri-guard-race"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(workDir)
+	}
+	if o.Memhog, err = filepath.Abs(o.Memhog); err != nil {
+		return err
+	}
+	dconn, direct, err := dial(o.RuntimeEndpoint)
+	if err != nil {
+		return err
+	}
+	defer dconn.Close()
+	vctx, vcancel := context.WithTimeout(ctx, time.Minute)
+	_, err = direct.rt.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	vcancel()
+	if err != nil {
+		return fmt.Errorf("containerd at %q: %w", o.RuntimeEndpoint, err)
+	}
+	runID := fmt.Sprintf("race-%d", os.Getpid())
+	dom, err := newDomain(o.CgroupRoot+"/"+runID, o.Domain)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		err = errors.Join(err, cleanup(direct.rt, runID, log), dom.remove())
+	}()
+	log.WithFields(logrus.Fields{"run": runID, "domain": dom.dir, "limit": o.Domain, "threshold": o.Threshold}).Info("race domain created")
+	var runs []raceRun
+	for _, mode := range o.Modes {
+		rs, err := raceMode(ctx, o, mode, dom, direct.rt, workDir, runID, log.WithField("mode", mode))
+		runs = append(runs, rs...)
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+	}
+	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate\n\n",
+		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom))
+	printRace(out, runs, o.Modes)
+	return nil
+}
+
+func fmtBytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
+
+// raceConfig is the config file of one mode.
+func raceConfig(o raceOptions, mode, workDir string, dom *domain) string {
+	return fmt.Sprintf(`podsCgroup: %s
+evictionHard: {memory.available: %q}
+# the next run's pods must be admitted soon after an eviction
+evictionPressureTransitionPeriod: 1s
+stateDir: %s
+metricsAddress: ""
+adminSocket: ""
+`, dom.group, fmtBytes(o.Threshold), filepath.Join(workDir, mode, "state")) + raceModes[mode]
+}
+
+// raceMode starts cri-guard with the mode's config, creates the bystanders
+// through it and races the runaway at each rate.
+func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
+	dir := filepath.Join(workDir, mode)
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
+		return nil, err
+	}
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, mode, workDir, dom)), 0o600); err != nil {
+		return nil, err
+	}
+	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level info"}, o.Binary, nil, dir, log)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := p.stop(); err != nil {
+			log.WithError(err).Warn("stop cri-guard")
+		}
+	}()
+	gconn, guarded, err := dial(p.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer gconn.Close()
+	r := &racer{o: o, mode: mode, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
+		guardLog: filepath.Join(dir, "cri-guard.log"), log: log}
+	if err := r.waitServing(ctx); err != nil {
+		return nil, err
+	}
+	defer r.removeAll()
+	var runs []raceRun
+	for _, rate := range o.Rates {
+		for i := range o.Runs {
+			if ctx.Err() != nil {
+				return runs, ctx.Err()
+			}
+			run := r.run(ctx, rate)
+			log.WithFields(logrus.Fields{"rate": rate, "run": i, "outcome": run.outcome, "killed": run.killed,
+				"to_decision": run.toDecision, "to_stopped": run.toStopped, "peak_mib": run.peakBytes >> 20, "err": run.err}).Info("race run")
+			runs = append(runs, run)
+		}
+	}
+	return runs, nil
+}
+
+// racer runs the races of one mode.
+type racer struct {
+	o          raceOptions
+	mode       string
+	dom        *domain
+	direct     runtimeapi.RuntimeServiceClient // containerd
+	guard      runtimeapi.RuntimeServiceClient // through cri-guard
+	dir, runID string
+	guardLog   string
+	log        *logrus.Entry
+	bystanders []*racePod
+	seq        int
+}
+
+func (r *racer) waitServing(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, err := r.guard.Version(ctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return fmt.Errorf("cri-guard not serving: %w", err)
+	}
+	return nil
+}
+
+// newPod describes a pod of role in the domain.
+func (r *racer) newPod(role string) *racePod {
+	r.seq++
+	uid := fmt.Sprintf("%s-%s-%d", r.runID, r.mode, r.seq)
+	name := fmt.Sprintf("race-%s-%d", role, r.seq)
+	qos := "besteffort"
+	ann := map[string]string{"kubernetes.io/config.source": "api"}
+	switch role {
+	case roleBurstable, roleRunaway:
+		qos = "burstable"
+	case roleCritical:
+		qos = "burstable"
+		ann["kubernetes.io/config.source"] = "file" // a static pod: critical
+	}
+	parent := fmt.Sprintf("%s/kubepods/%s/pod%s", r.dom.group, qos, uid)
+	logDir := filepath.Join(r.dir, "pods", uid)
+	_ = os.MkdirAll(logDir, 0o750)
+	return &racePod{role: role, name: name, uid: uid, parent: parent, config: &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "cri-guard-race", Uid: uid},
+		LogDirectory: logDir,
+		Labels:       map[string]string{benchLabel: r.runID, "io.kubernetes.pod.name": name},
+		Annotations:  ann,
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent: parent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+			},
+		},
+	}}
+}
+
+// start creates the pod through cri-guard (retrying while admission
+// refuses it under memory pressure) and starts memhog in it.
+func (r *racer) start(ctx context.Context, p *racePod, args []string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := r.guard.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: p.config})
+		if err == nil {
+			p.sandbox = resp.PodSandboxId
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			return fmt.Errorf("run pod sandbox %q: %w", p.name, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	resp, err := r.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: p.sandbox,
+		Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "memhog"},
+			Image:    &runtimeapi.ImageSpec{Image: r.o.Image},
+			Command:  append([]string{"/memhog"}, args...),
+			LogPath:  "memhog.log",
+			Labels:   map[string]string{benchLabel: r.runID},
+			Mounts:   []*runtimeapi.Mount{{HostPath: r.o.Memhog, ContainerPath: "/memhog", Readonly: true}},
+			Linux:    &runtimeapi.LinuxContainerConfig{},
+		},
+		SandboxConfig: p.config,
+	})
+	if err != nil {
+		return fmt.Errorf("create container in %q: %w", p.name, err)
+	}
+	p.container = resp.ContainerId
+	if _, err := r.guard.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container}); err != nil {
+		return fmt.Errorf("start container in %q: %w", p.name, err)
+	}
+	return nil
+}
+
+// remove stops and removes a pod directly in containerd.
+func (r *racer) remove(p *racePod) {
+	if p.sandbox == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := r.direct.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.sandbox}); err != nil {
+		r.log.WithError(err).WithField("pod", p.name).Warn("stop pod sandbox")
+	}
+	if _, err := r.direct.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.sandbox}); err != nil {
+		r.log.WithError(err).WithField("pod", p.name).Warn("remove pod sandbox")
+	}
+	_ = removeCgroupTreeAll(p.parent)
+	p.sandbox = ""
+}
+
+func (r *racer) removeAll() {
+	for _, p := range r.bystanders {
+		r.remove(p)
+	}
+	r.bystanders = nil
+}
+
+// removeCgroupTreeAll removes a pod cgroup in every hierarchy.
+func removeCgroupTreeAll(group string) error {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", group))
+	if d := filepath.Join("/sys/fs/cgroup", group); fileExists(filepath.Join(d, "cgroup.procs")) {
+		dirs = append(dirs, d)
+	}
+	var errs []error
+	for _, d := range dirs {
+		if fileExists(d) {
+			errs = append(errs, removeCgroupTree(d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// ensureBystanders (re)creates the bystanders whose sandbox is not ready
+// or whose memhog exited (OOM-killed), and waits for them to be full.
+func (r *racer) ensureBystanders(ctx context.Context) error {
+	want := []struct {
+		role string
+		size int64
+	}{{roleBestEffort, r.o.Bystander}, {roleBurstable, r.o.Bystander}, {roleCritical, r.o.Bystander / 2}}
+	if len(r.bystanders) == 0 {
+		r.bystanders = make([]*racePod, len(want))
+	}
+	for i, w := range want {
+		p := r.bystanders[i]
+		if p != nil && r.alive(ctx, p) {
+			continue
+		}
+		if p != nil {
+			r.remove(p)
+		}
+		p = r.newPod(w.role)
+		r.bystanders[i] = p
+		if err := r.start(ctx, p, []string{"-anon", "-rate", "2000", "-size", strconv.FormatInt(w.size>>20, 10)}); err != nil {
+			return err
+		}
+	}
+	// memhog fills at 2 GB/s: wait until the domain holds the bystanders
+	target := r.o.Bystander * 5 / 2
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, ws, err := r.dom.workingSet()
+		if err != nil {
+			return err
+		}
+		if ws >= target*9/10 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bystanders hold %s, want %s", fmtBytes(ws), fmtBytes(target))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether the pod's sandbox is ready and its container runs.
+func (r *racer) alive(ctx context.Context, p *racePod) bool {
+	st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox})
+	if err != nil || st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return false
+	}
+	cs, err := r.direct.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: p.container})
+	return err == nil && cs.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
+}
+
+// sample is one reading of the domain during a run.
+type sample struct {
+	at time.Time
+	ws int64
+}
+
+// run races one runaway at rate MB/s.
+func (r *racer) run(ctx context.Context, rate float64) raceRun {
+	res := raceRun{mode: r.mode, rate: rate, toDecision: -1, toStopped: -1}
+	fail := func(err error) raceRun {
+		res.outcome, res.err = outcomeError, err.Error()
+		return res
+	}
+	if err := r.ensureBystanders(ctx); err != nil {
+		return fail(err)
+	}
+	_, ws, err := r.dom.workingSet()
+	if err != nil {
+		return fail(err)
+	}
+	// start the runaway headroom above the threshold
+	prefill := max(r.o.Domain-r.o.Threshold-r.o.Headroom-ws, 0)
+	p := r.newPod(roleRunaway)
+	defer r.remove(p)
+	oom0, err := r.oomCounts()
+	if err != nil {
+		return fail(err)
+	}
+	logOffset := fileSize(r.guardLog)
+	r.dom.resetPeak()
+	args := []string{"-anon", "-prefill", strconv.FormatInt(prefill>>20, 10), "-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-size", "0"}
+	if err := r.start(ctx, p, args); err != nil {
+		return fail(err)
+	}
+	start := time.Now()
+	var crossedAt, stoppedAt time.Time
+	var trace []sample
+	var peakWS int64
+	limit := r.o.Domain - r.o.Threshold // working set at which the threshold is met
+	nextStatus := start
+	for {
+		now := time.Now()
+		if now.Sub(start) > r.o.RunTimeout {
+			res.outcome = outcomeTimeout
+			break
+		}
+		_, ws, err := r.dom.workingSet()
+		if err == nil {
+			trace = append(trace, sample{now, ws})
+			peakWS = max(peakWS, ws)
+			if crossedAt.IsZero() && ws >= limit {
+				crossedAt = now
+			}
+		}
+		if n, err := r.dom.oomKills(); err == nil && n > oom0[""] {
+			res.outcome = outcomeOOM
+			break
+		}
+		if now.After(nextStatus) {
+			nextStatus = now.Add(10 * time.Millisecond)
+			if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil &&
+				st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+				stoppedAt = now
+				res.outcome = outcomeWon
+				break
+			}
+			if wrong := r.stoppedBystander(ctx); wrong != "" {
+				res.outcome, res.killed = outcomeWrongPod, []string{wrong}
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	// an OOM kill may have come between two samples
+	time.Sleep(50 * time.Millisecond)
+	if oom1, err := r.oomCounts(); err == nil {
+		for role, n := range oom1 {
+			if role != "" && n > oom0[role] {
+				res.killed = append(res.killed, role)
+			}
+		}
+		if oom1[""] > oom0[""] {
+			res.outcome = outcomeOOM
+		}
+	}
+	res.peakBytes = max(r.dom.peak(), peakWS)
+	res.crossed = !crossedAt.IsZero()
+	decided, ok := decisionTime(readFrom(r.guardLog, logOffset), p.name)
+	if res.crossed {
+		if ok {
+			res.toDecision = decided.Sub(crossedAt)
+		}
+		if !stoppedAt.IsZero() {
+			res.toStopped = stoppedAt.Sub(crossedAt)
+		}
+	}
+	if ok {
+		var atDecision int64
+		for _, s := range trace {
+			if !s.at.After(decided) {
+				atDecision = s.ws
+			}
+		}
+		if atDecision > 0 {
+			res.grewBytes = max(peakWS-atDecision, 0)
+		}
+	}
+	return res
+}
+
+// oomCounts returns the OOM kill counts of the domain ("") and of each
+// pod's cgroup by role (summed), which tells whom the OOM killer took.
+func (r *racer) oomCounts() (map[string]int64, error) {
+	out := map[string]int64{}
+	n, err := r.dom.oomKills()
+	if err != nil {
+		return nil, err
+	}
+	out[""] = n
+	root := r.dom.root
+	buf := make([]byte, 4096)
+	for _, role := range []string{roleRunaway, roleBestEffort, roleBurstable, roleCritical} {
+		for _, p := range r.podsOf(role) {
+			if v, err := oomKillsIn(filepath.Join(root, p.parent), r.dom.v2, buf); err == nil {
+				out[role] += v
+			}
+		}
+	}
+	return out, nil
+}
+
+// podsOf lists the pods of role: the bystanders, or every runaway cgroup
+// of this mode still present.
+func (r *racer) podsOf(role string) []*racePod {
+	if role != roleRunaway {
+		var ps []*racePod
+		for _, p := range r.bystanders {
+			if p != nil && p.role == role {
+				ps = append(ps, p)
+			}
+		}
+		return ps
+	}
+	root := r.dom.root
+	dirs, _ := filepath.Glob(filepath.Join(root, r.dom.group, "kubepods", "burstable", "pod"+r.runID+"-"+r.mode+"-*"))
+	var ps []*racePod
+	for _, d := range dirs {
+		rel := strings.TrimPrefix(d, root)
+		isBystander := false
+		for _, b := range r.bystanders {
+			if b != nil && b.parent == rel {
+				isBystander = true
+			}
+		}
+		if !isBystander {
+			ps = append(ps, &racePod{role: roleRunaway, parent: rel})
+		}
+	}
+	return ps
+}
+
+// stoppedBystander returns the role of a bystander whose sandbox is no
+// longer ready (cri-guard stopped the wrong pod), or "".
+func (r *racer) stoppedBystander(ctx context.Context) string {
+	for _, p := range r.bystanders {
+		st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox})
+		if err == nil && st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+			return p.role
+		}
+	}
+	return ""
+}
+
+func fileSize(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+func readFrom(path string, off int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
+var logTimeRE = regexp.MustCompile(`time="([^"]+)"`)
+
+// decisionTime finds cri-guard's "evicting pod" line for the pod name in a
+// text log and returns its time.
+func decisionTime(log, podName string) (time.Time, bool) {
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="evicting pod"`) || !strings.Contains(line+" ", " pod="+podName+" ") {
+			continue
+		}
+		m := logTimeRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		if t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1]); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// raceMain is `cri-guard-bench race`; it returns the exit code.
+func raceMain(args []string) int {
+	o, err := parseRaceFlags(args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cri-guard-bench race: %v\n", err)
+		return 2
+	}
+	log := logrus.New()
+	log.SetOutput(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := race(ctx, o, log.WithField("component", "race"), os.Stdout); err != nil {
+		log.WithError(err).Error("race failed")
+		return 1
+	}
+	return 0
+}

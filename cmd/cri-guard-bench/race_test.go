@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarizeRace(t *testing.T) {
+	ms := time.Millisecond
+	runs := []raceRun{
+		{mode: "kubelet", rate: 25, outcome: outcomeWon, crossed: true, toDecision: 3000 * ms, toStopped: 3100 * ms, peakBytes: 900 << 20},
+		{mode: "kubelet", rate: 25, outcome: outcomeOOM, killed: []string{roleRunaway}, crossed: true, toDecision: -1, toStopped: -1, peakBytes: 1024 << 20},
+		{mode: "default", rate: 25, outcome: outcomeWon, crossed: true, toDecision: 20 * ms, toStopped: 90 * ms, peakBytes: 830 << 20, grewBytes: 4 << 20},
+		{mode: "default", rate: 25, outcome: outcomeWon, crossed: true, toDecision: 10 * ms, toStopped: 80 * ms, peakBytes: 828 << 20, grewBytes: 2 << 20},
+		{mode: "default", rate: 50, outcome: outcomeWrongPod, killed: []string{roleBestEffort}, toDecision: -1, toStopped: -1},
+		{mode: "kubelet", rate: 50, outcome: outcomeTimeout, toDecision: -1, toStopped: -1},
+	}
+	modes := []string{"default", "kubelet"}
+	rows := summarize(runs, modes)
+	if len(rows) != 4 {
+		t.Fatalf("rows = %d, want 4", len(rows))
+	}
+	for i, want := range []struct {
+		mode      string
+		rate      float64
+		won, lost int
+	}{{"default", 25, 2, 0}, {"kubelet", 25, 1, 1}, {"default", 50, 0, 1}, {"kubelet", 50, 0, 1}} {
+		r := rows[i]
+		if r.mode != want.mode || r.rate != want.rate || r.won != want.won || r.lost != want.lost {
+			t.Errorf("row %d = %s %g won %d lost %d, want %+v", i, r.mode, r.rate, r.won, r.lost, want)
+		}
+	}
+	if rows[1].killed[roleRunaway] != 1 || rows[2].wrong != 1 || rows[3].timeouts != 1 {
+		t.Errorf("killed/wrong/timeouts not counted: %+v", rows)
+	}
+	if got := fmtDurations(rows[0].decision); got != "20ms/20ms" {
+		t.Errorf("decision = %q, want median/max 20ms/20ms", got)
+	}
+	if got := winningRate(rows, "default"); got != 25 {
+		t.Errorf("winning rate of default = %g, want 25", got)
+	}
+	if got := winningRate(rows, "kubelet"); got != 0 {
+		t.Errorf("winning rate of kubelet = %g, want 0", got)
+	}
+	var b bytes.Buffer
+	printRace(&b, runs, modes)
+	out := b.String()
+	for _, want := range []string{"runaway×1", "1 wrong pod", "1 timeout", "wins every run up to", "25 MB/s", "none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDecisionTime(t *testing.T) {
+	log := `time="2026-12-01T19:00:00.100Z" level=warning msg="evicting pod" component=evictor pod=race-runaway-12 qos=burstable
+time="2026-12-01T19:00:00.200Z" level=warning msg="evicting pod" component=evictor pod=race-runaway-1
+`
+	tm, ok := decisionTime(log, "race-runaway-1")
+	if !ok || tm.Format("05.000") != "00.200" {
+		t.Fatalf("decisionTime = %v %v, want the second line (not the prefix match)", tm, ok)
+	}
+	if _, ok := decisionTime(log, "race-runaway-2"); ok {
+		t.Fatal("found a decision for a pod not in the log")
+	}
+}
+
+func TestParseRaceFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseRaceFlags([]string{"--memhog", "/x", "--quick"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Rates) != 3 || o.Runs != 1 || o.Domain != 1<<30 || o.Threshold != 200<<20 {
+		t.Errorf("quick options = %+v", o)
+	}
+	if _, err := parseRaceFlags([]string{"--memhog", "/x", "--modes", "nope"}, &stderr); err == nil {
+		t.Error("unknown mode accepted")
+	}
+}

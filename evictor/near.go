@@ -1,0 +1,29 @@
+package evictor
+
+// NearThreshold reports whether the last evaluation met a threshold or saw
+// a memory signal within margin bytes of its threshold: the sync loop
+// polls fast while it is (the fast poll). PSI thresholds are not
+// considered: their averages move slowly and have their own trigger. False
+// before the first sample or while stats cannot be read.
+func (m *Manager) NearThreshold(margin int64) bool {
+	if m.statsErr != nil || m.lastSample.IsZero() {
+		return false
+	}
+	if len(m.result.Met) > 0 {
+		return true
+	}
+	obs := m.sample.Observations()
+	for _, t := range m.eval.Thresholds() {
+		if t.Signal.IsPSI() {
+			continue
+		}
+		o, ok := obs[t.Signal]
+		if !ok {
+			continue
+		}
+		if lim, ok := t.Limit(o); ok && float64(o.Available) < lim+float64(margin) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,205 @@
+package pressure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoMemcgNotification is returned by Sampler.MemcgNotifiers when the
+// host has no v1 memory cgroup for the pods cgroup: cgroup v2 has no usage
+// thresholds (its memory.events change only on high, max and oom events),
+// so there the fast poll is the fast path.
+var ErrNoMemcgNotification = errors.New("no v1 memory cgroup for kernel memcg notifications")
+
+// MemcgNotifier is a kernel memcg threshold notification on the pods
+// cgroup (cgroup v1 cgroup.event_control with an eventfd on
+// memory.usage_in_bytes), the kubelet's kernelMemcgNotification: the
+// eventfd becomes readable when usage crosses the threshold, in either
+// direction. The usage threshold is set where the working set meets the
+// eviction threshold: limit − threshold + inactive_file, as the kubelet's
+// memcgThresholdNotifier computes it, and re-armed after each crossing and
+// every ReArm, since inactive_file moves.
+type MemcgNotifier struct {
+	dir       string // the pods cgroup in the v1 memory hierarchy
+	meminfo   string
+	threshold Threshold
+	// ReArm is how often the usage threshold is recomputed while it does
+	// not fire; default 10 s (the kubelet does it each synchronize).
+	ReArm time.Duration
+}
+
+// MemcgNotifiers returns a notifier for each threshold on
+// allocatableMemory.available (the pods cgroup's signal). It returns
+// ErrNoMemcgNotification when the pods cgroup is not in a v1 memory
+// hierarchy, and no notifiers when no threshold is on that signal.
+func (s *Sampler) MemcgNotifiers(ts []Threshold) ([]*MemcgNotifier, error) {
+	if s.podsGroup == "" || s.layout.memoryVersion != 1 {
+		return nil, ErrNoMemcgNotification
+	}
+	dir := filepath.Join(s.layout.memoryDir, s.podsGroup)
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.event_control")); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoMemcgNotification, err)
+	}
+	var ns []*MemcgNotifier
+	for _, t := range ts {
+		if t.Signal == SignalAllocatableMemoryAvailable {
+			ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, ReArm: 10 * time.Second})
+		}
+	}
+	return ns, nil
+}
+
+// String names the notifier for logs.
+func (n *MemcgNotifier) String() string {
+	return fmt.Sprintf("%s memory.usage_in_bytes for %s", n.dir, n.threshold)
+}
+
+// usageThreshold computes the usage at which the threshold is met.
+func (n *MemcgNotifier) usageThreshold() (int64, error) {
+	limit, err := readInt(filepath.Join(n.dir, "memory.limit_in_bytes"))
+	if err != nil {
+		return 0, err
+	}
+	stat, err := os.ReadFile(filepath.Join(n.dir, "memory.stat"))
+	if err != nil {
+		return 0, err
+	}
+	var inactive int64
+	if v, ok := statValue(stat, "total_inactive_file"); ok {
+		inactive = v
+	}
+	capacity := limit
+	if mi, err := os.ReadFile(n.meminfo); err == nil {
+		if m, err := parseMeminfo(mi); err == nil && m.TotalBytes < capacity {
+			capacity = m.TotalBytes // no limit: the node's capacity, as the sampler does
+		}
+	}
+	lim, ok := n.threshold.Limit(Observation{Signal: n.threshold.Signal, Capacity: capacity})
+	if !ok {
+		return 0, fmt.Errorf("threshold %s: no capacity", n.threshold)
+	}
+	return max(capacity-int64(lim)+inactive, 0), nil
+}
+
+// Run arms the notification and calls fire each time the kernel signals a
+// crossing, until ctx ends (nil) or the cgroup cannot be used.
+func (n *MemcgNotifier) Run(ctx context.Context, fire func()) error {
+	if n.ReArm <= 0 {
+		n.ReArm = 10 * time.Second
+	}
+	for ctx.Err() == nil {
+		thr, err := n.usageThreshold()
+		if err != nil {
+			return fmt.Errorf("memcg notification threshold: %w", err)
+		}
+		fired, err := n.wait(ctx, thr)
+		if err != nil {
+			return err
+		}
+		if fired {
+			fire()
+		}
+	}
+	return nil
+}
+
+// wait registers one threshold and waits for it for at most ReArm.
+func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return false, fmt.Errorf("eventfd: %w", err)
+	}
+	defer unix.Close(efd) // closing the eventfd unregisters the event
+	usage, err := os.Open(filepath.Join(n.dir, "memory.usage_in_bytes"))
+	if err != nil {
+		return false, fmt.Errorf("open memory.usage_in_bytes: %w", err)
+	}
+	defer usage.Close()
+	ctl := fmt.Sprintf("%d %d %d", efd, usage.Fd(), thr)
+	if err := os.WriteFile(filepath.Join(n.dir, "cgroup.event_control"), []byte(ctl), 0); err != nil {
+		return false, fmt.Errorf("write cgroup.event_control: %w", err)
+	}
+	// a cancellation wakes the poll at once through a second eventfd
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return false, fmt.Errorf("eventfd: %w", err)
+	}
+	defer unix.Close(wake)
+	stop := context.AfterFunc(ctx, func() { _, _ = unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
+	defer stop()
+	deadline := time.Now().Add(n.ReArm)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return false, nil
+		}
+		fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+		_, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("poll eventfd: %w", err)
+		}
+		if fds[0].Revents&unix.POLLIN != 0 {
+			var b [8]byte
+			_, _ = unix.Read(efd, b[:])
+			return true, nil
+		}
+		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			return false, ErrCgroupGone
+		}
+	}
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(string(trimSpace(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %q: %w", path, err)
+	}
+	return v, nil
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// statValue finds "key value" in a flat-keyed cgroup file.
+func statValue(b []byte, key string) (int64, bool) {
+	for len(b) > 0 {
+		line := b
+		if i := indexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if len(line) > len(key) && string(line[:len(key)]) == key && line[len(key)] == ' ' {
+			v, err := strconv.ParseInt(string(trimSpace(line[len(key)+1:])), 10, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}

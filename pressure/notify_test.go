@@ -1,0 +1,74 @@
+package pressure
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func memcgThreshold(t *testing.T) Threshold {
+	t.Helper()
+	ts, err := ParseThresholds(ThresholdConfig{Hard: map[string]string{"allocatableMemory.available": "200Mi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts[0]
+}
+
+func TestMemcgUsageThreshold(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("memory.limit_in_bytes", "1073741824\n")
+	write("memory.stat", "cache 0\ntotal_inactive_file 10485760\n")
+	write("meminfo", "MemTotal: 25165824 kB\nMemFree: 1 kB\nMemAvailable: 1 kB\n")
+	n := &MemcgNotifier{dir: dir, meminfo: filepath.Join(dir, "meminfo"), threshold: memcgThreshold(t)}
+	got, err := n.usageThreshold()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// working set = usage - inactive_file meets 1Gi - 200Mi at usage 824Mi + 10Mi
+	if want := int64(834 << 20); got != want {
+		t.Errorf("usage threshold = %d, want %d", got, want)
+	}
+}
+
+// TestMemcgNotifierArms registers a threshold on a real v1 memory cgroup
+// (the kernel refuses a bad registration at once) and waits one re-arm.
+func TestMemcgNotifierArms(t *testing.T) {
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
+		t.Skip("no cgroup v1 memory hierarchy: kernel memcg notifications do not exist here")
+	}
+	dir := filepath.Join(root, "cri-guard-notify-test-"+time.Now().Format("150405.000000"))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a memory cgroup: %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("1073741824"), 0); err != nil {
+		t.Fatal(err)
+	}
+	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), ReArm: 50 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	fired := 0
+	if err := n.Run(ctx, func() { fired++ }); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if fired != 0 {
+		t.Errorf("an empty cgroup crossed the threshold %d times", fired)
+	}
+}
+
+func TestMemcgNotifiersNeedV1(t *testing.T) {
+	s := &Sampler{podsGroup: "/kubepods", layout: layout{memoryVersion: 2}}
+	if _, err := s.MemcgNotifiers(nil); !errors.Is(err, ErrNoMemcgNotification) {
+		t.Errorf("v2 host: err = %v, want ErrNoMemcgNotification", err)
+	}
+}
