@@ -212,3 +212,72 @@ spec:
 		t.Error("cri-guard status does not show the API connection")
 	}
 }
+
+// TestClusterAPIOutage: with the API server stopped, cri-guard still
+// evicts from what CRI tells it; the report waits, shown as pending in
+// cri-guard status, and is written once when the API server is back: the
+// pod ends Failed/Evicted with exactly one Evicted event.
+func TestClusterAPIOutage(t *testing.T) {
+	c := needCluster(t)
+	c.script(t, false, "kill-cri-guard")
+	c.script(t, false, "start-cri-guard", "api")
+	apiDown := false
+	t.Cleanup(func() {
+		c.setAvailable(t, 12<<30)
+		if apiDown {
+			c.script(t, false, "start-apiserver")
+		}
+		c.script(t, false, "kill-cri-guard")
+		c.script(t, false, "start-cri-guard")
+	})
+	ns := c.namespace(t, "cg-outage")
+	c.apply(t, podManifest(ns, "victim", "{}", ""))
+	c.waitRunning(t, ns, 3*time.Minute, "victim")
+	// the API has the pod; give cri-guard's cache a moment to see it
+	c.waitFor(t, "cri-guard's API cache synced", 30*time.Second, func() (bool, string) {
+		st := c.guardStatus(t)
+		return strings.Contains(st, "api server:") && strings.Contains(st, "connected"), st
+	})
+
+	c.script(t, false, "stop-apiserver")
+	apiDown = true
+	c.setAvailable(t, 500<<20)
+	sandboxState := func() string {
+		out, err := crictlErr(runtimeEnv{crictl: c.crictl}, c.containerd, "pods", "--namespace", ns, "--name", "^victim$", "-o", "json")
+		if err != nil {
+			return err.Error()
+		}
+		return out
+	}
+	c.waitFor(t, "victim's sandbox stopped with the API server down", time.Minute, func() (bool, string) {
+		s := sandboxState()
+		return strings.Contains(s, "SANDBOX_NOTREADY") && !strings.Contains(s, "SANDBOX_READY\""), s
+	})
+	st := c.guardStatus(t)
+	t.Logf("$ cri-guard status (API server down)\n%s", st)
+	if !strings.Contains(st, "pending") {
+		t.Errorf("cri-guard status does not show the pending report:\n%s", st)
+	}
+	c.setAvailable(t, 12<<30)
+	c.script(t, false, "start-apiserver")
+	apiDown = false
+	back := time.Now()
+	c.waitFor(t, "victim Failed/Evicted once the API server is back", 2*time.Minute, func() (bool, string) {
+		p, err := c.pod(t, ns, "victim")
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Phase == "Failed" && p.Status.Reason == "Evicted", fmt.Sprintf("%+v", p.Status)
+	})
+	t.Logf("API server back to the pod Failed/Evicted: %.1fs", time.Since(back).Seconds())
+	time.Sleep(5 * time.Second) // a duplicate would come from a retry by now
+	n := 0
+	for _, e := range c.events(t, ns, "victim") {
+		if e.Reason == "Evicted" {
+			n += max(e.Count, 1)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d Evicted events, want exactly one", n)
+	}
+}

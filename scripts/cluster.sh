@@ -8,6 +8,7 @@
 #   scripts/cluster.sh status           exit 0 when every component runs and the node is Ready
 #   scripts/cluster.sh kill-cri-guard   SIGKILL cri-guard (the kubelet keeps running)
 #   scripts/cluster.sh start-cri-guard [api]  start cri-guard again on the same state (api: connected to the API server)
+#   scripts/cluster.sh stop-apiserver / start-apiserver  an API server outage
 #
 # The cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 # a kubelet of one Kubernetes release, built from their Go modules and cached in
@@ -296,6 +297,25 @@ guard_ok() {
     CRI_CONFIG_FILE=/dev/null "$RT/bin/crictl" --runtime-endpoint "unix://$C/cri-guard/cri-guard.sock" --timeout 5s version >/dev/null 2>&1
 }
 
+# start_apiserver: kube-apiserver on loopback, Node,RBAC and NodeRestriction.
+# No endpoint reconciler: the apiserver's only address is 127.0.0.1, which an
+# Endpoints object may not hold (nothing here uses the kubernetes Service).
+start_apiserver() {
+  alive kube-apiserver && return 0
+  local P=$C/pki
+  launch kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API#*:}" \
+    --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" --kubelet-client-key "$P/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$P/ca.crt" --kubelet-preferred-address-types Hostname \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none \
+    --cert-dir "$C/apiserver-certs" --profiling=false
+  wait_for kube-apiserver 120 kube-apiserver kc get --raw /readyz
+}
+
 # start_guard [api]: cri-guard CRI-only, or with the API connection.
 start_guard() {
   alive cri-guard && return 0
@@ -339,22 +359,10 @@ up() {
   wait_for etcd 60 etcd curl -sf "http://$ETCD_CLIENT/health"
 
   ts "kube-apiserver"
-  # No endpoint reconciler: the apiserver's only address is 127.0.0.1, which an
-  # Endpoints object may not hold (nothing here uses the kubernetes Service).
-  local P=$C/pki
-  launch kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API#*:}" \
-    --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
-    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-    --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" --kubelet-client-key "$P/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$P/ca.crt" --kubelet-preferred-address-types Hostname \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none \
-    --cert-dir "$C/apiserver-certs" --profiling=false
-  wait_for kube-apiserver 120 kube-apiserver kc get --raw /readyz
+  start_apiserver
 
   ts "kube-controller-manager, kube-scheduler"
+  local P=$C/pki
   launch kube-controller-manager --kubeconfig "$C/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$C/controller-manager.kubeconfig" --authorization-kubeconfig "$C/controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
@@ -442,5 +450,7 @@ down) down ;;
 status) up_ok ;;
 kill-cri-guard) stop cri-guard KILL ;;
 start-cri-guard) [ -f "$MARK" ] || die "not up"; start_guard "${2:-}" ;;
-*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard [api]" ;;
+stop-apiserver) stop kube-apiserver TERM ;;
+start-apiserver) [ -f "$MARK" ] || die "not up"; start_apiserver ;;
+*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard [api]|stop-apiserver|start-apiserver" ;;
 esac
