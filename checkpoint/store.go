@@ -311,3 +311,24 @@ func (s *Store) Delete(key string) error {
 	}
 	return nil
 }
+
+// Inspect reads the good records of dir without opening it as a store: no
+// lock, no quarantine, nothing written. It is for readers beside the
+// running cri-guard (tests, debugging); bad files are left out.
+func Inspect(dir string) ([]Record, error) {
+	s := &Store{dir: dir, now: time.Now}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("inspect checkpoints in %q: %w", dir, err)
+	}
+	var out []Record
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !isRecordFile(e.Name()) {
+			continue
+		}
+		if r, err := s.read(e.Name()); err == nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

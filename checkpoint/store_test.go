@@ -375,3 +375,16 @@ func TestStateDirTrust(t *testing.T) {
 		}
 	}
 }
+
+// TestInspect: a reader beside the running store sees its records and
+// takes no lock.
+func TestInspect(t *testing.T) {
+	s, _ := newStore(t)
+	if err := s.Put(testRecord("u1", 0, t0)); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := Inspect(s.Dir())
+	if err != nil || len(recs) != 1 || recs[0].Pod.UID != "u1" {
+		t.Fatalf("Inspect = %+v, %v", recs, err)
+	}
+}

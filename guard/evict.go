@@ -57,6 +57,7 @@ func (l *Loop) evict(e *evictor.Eviction) {
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
 	l.evicting = nil
+	l.lastEvicted = l.now()
 	if err != nil {
 		l.ev.EvictionFailed(e, err)
 		return

@@ -111,12 +111,13 @@ type Loop struct {
 	degraded  atomic.Pointer[error] // why the loop serves without a finished restore
 
 	// owned by the loop goroutine
-	pods       map[string]*pod.Pod // by pod key
-	unsaved    map[string]bool     // pod keys whose last checkpoint write failed
-	evicting   *evictor.Eviction   // the eviction whose stop is under way
-	lastResync time.Time           // when housekeeping last listed the runtime's sandboxes
-	closeOnce  sync.Once
-	done       chan struct{}
+	pods        map[string]*pod.Pod // by pod key
+	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
+	evicting    *evictor.Eviction   // the eviction whose stop is under way
+	lastEvicted time.Time           // when the last eviction's stop returned
+	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
+	closeOnce   sync.Once
+	done        chan struct{}
 
 	mu   sync.Mutex // guards view
 	view []*pod.Pod
@@ -232,6 +233,10 @@ const (
 	psiFollowUps        = 50
 	psiFollowUpInterval = 100 * time.Millisecond
 	followUpResync      = time.Second
+	// evictionSpacing: the least time between an eviction and the next one
+	// started by a quick pass (housekeeping ticks keep their own cadence,
+	// as the kubelet's one eviction per monitoring interval)
+	evictionSpacing = time.Second
 )
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
@@ -253,9 +258,12 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		l.resync(ctx)
 		l.retryUnsaved()
 	}
-	if l.evicting != nil {
+	if l.evicting != nil || (why != "tick" && why != "manual" && l.now().Sub(l.lastEvicted) < evictionSpacing) {
 		// one eviction at a time: the next waits until this one is done;
-		// meanwhile admission gets current conditions
+		// and the quick passes (triggers, follow-ups, fast polls) start
+		// the next no sooner than evictionSpacing after the last, so that
+		// the victim's memory is seen reclaimed first; meanwhile admission
+		// gets current conditions
 		l.ev.Observe()
 		return
 	}

@@ -21,7 +21,7 @@ import (
 // serves and the critical one stays ready; with restoredPods: warn both stay
 // ready.
 //
-// housekeepingInterval is an hour so that only restore acts: under pressure
+// housekeepingInterval is an hour, and no fast path runs, so that only restore acts: under pressure
 // the eviction loop would otherwise stop the BestEffort pod too, and the
 // test could not tell which of the two did it.
 //
@@ -48,6 +48,8 @@ func TestRestoreUnderPressure(t *testing.T) {
 housekeepingInterval: 1h
 evictionHard: {memory.available: 1Gi}
 psiTrigger: ""
+kernelMemcgNotification: false
+fastPoll: {interval: 0s}
 metricsAddress: ""
 adminSocket: ""
 restoredPods: `+tt.restoredPods+"\n")
