@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,17 @@ func TestClusterPressure(t *testing.T) {
 	if all := sandboxes("newcomer", "ready") + sandboxes("newcomer", "notready"); all != "" {
 		t.Errorf("newcomer's sandboxes in containerd: %q, want none", all)
 	}
-	time.Sleep(3 * time.Second) // let a kubelet status sync land before the snapshot (not an assertion)
+	// The kubelet's status manager writes the refused pod's status a few
+	// seconds after its first refusal: the snapshot waits for both.
+	for _, name := range []string{"victim", "newcomer"} {
+		c.waitFor(t, name+": the kubelet wrote Ready=False", time.Minute, func() (bool, string) {
+			p, err := c.pod(t, ns, name)
+			if err != nil {
+				return false, err.Error()
+			}
+			return p.condition("Ready") == "False", fmt.Sprintf("conditions %+v", p.Status.Conditions)
+		})
+	}
 
 	// What the user sees, in full.
 	for _, args := range [][]string{
