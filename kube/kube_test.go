@@ -32,9 +32,13 @@ type fakeAPI struct {
 	// failWrites makes the next N status updates (or event posts when
 	// failEvents) fail with 500
 	failWrites, failEvents int
-	events                 []corev1.Event
-	statusPuts             int
-	nodePatches            []string
+	// clearOnce plays the kubelet's status manager once: right after the
+	// first status update it writes its own, phase kept, reason and
+	// message cleared
+	clearOnce   bool
+	events      []corev1.Event
+	statusPuts  int
+	nodePatches []string
 }
 
 func newFakeAPI(t *testing.T, pods ...*corev1.Pod) (*fakeAPI, *Client) {
@@ -55,6 +59,7 @@ func newFakeAPI(t *testing.T, pods ...*corev1.Pod) (*fakeAPI, *Client) {
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
 	c := newClient(rc, "node-1", 10*time.Millisecond, logrus.NewEntry(l), nil)
+	c.checkDelay = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
@@ -118,8 +123,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.t.Errorf("status body: %v", err)
 		}
 		f.statusPuts++
-		f.pods[p.Namespace+"/"+p.Name] = &p
 		_ = json.NewEncoder(w).Encode(p)
+		if f.clearOnce {
+			f.clearOnce = false
+			p.Status.Reason, p.Status.Message = "", ""
+		}
+		f.pods[p.Namespace+"/"+p.Name] = &p
 	case len(parts) == 5 && parts[4] == "events" && r.Method == http.MethodPost:
 		if f.failEvents > 0 {
 			f.failEvents--
@@ -316,5 +325,25 @@ func TestNodeCondition(t *testing.T) {
 		if !strings.Contains(f.nodePatches[i], want) {
 			t.Errorf("patch %d = %s, want %s", i, f.nodePatches[i], want)
 		}
+	}
+}
+
+// TestReportSurvivesTheKubeletsOverwrite: the kubelet's status manager may
+// write its own status over the report once (terminal phase kept, reason
+// and message gone) before it sees ours; the report is read back and
+// written again, without a second event.
+func TestReportSurvivesTheKubeletsOverwrite(t *testing.T) {
+	f, c := newFakeAPI(t, apiPod("web", "u1"))
+	f.mu.Lock()
+	f.clearOnce = true
+	f.mu.Unlock()
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, "m. ")
+	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	st := f.pod("default/web").Status
+	if st.Phase != corev1.PodFailed || st.Reason != "Evicted" || st.Message != "m. " {
+		t.Fatalf("status after the overwrite: %+v", st)
+	}
+	if events, puts := f.counts(); events != 1 || puts != 2 {
+		t.Fatalf("events %d, status updates %d; want 1 and 2", events, puts)
 	}
 }

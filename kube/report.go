@@ -32,6 +32,8 @@ type Client struct {
 	obs   Observer
 	retry time.Duration
 	now   func() time.Time
+	// checkDelay: how long after writing a status it is read back
+	checkDelay time.Duration
 
 	mu       sync.Mutex
 	queue    []*report
@@ -54,10 +56,25 @@ type report struct {
 	tries     int
 	next      time.Time
 	since     time.Time
-	// eventMade: the event is made, only the status is left (the writer
-	// goroutine alone reads and writes it).
+	// eventMade: the event is made, only the status is left; written: the
+	// status was written and is checked again (checks) until it holds
+	// (the writer goroutine alone reads and writes these).
 	eventMade bool
+	written   bool
+	checks    int
 }
+
+// errCheckLater: the status is written; read it again later, because the
+// kubelet's status manager may write its own over it once (keeping the
+// terminal phase, clearing reason and message) before it sees ours.
+var errCheckLater = errors.New("written: check again later")
+
+// statusChecks is how many times a written status is read back, and
+// checkDelay how long after each write or check.
+const (
+	statusChecks      = 2
+	defaultCheckDelay = 3 * time.Second
+)
 
 func (r *report) key() string { return r.kind + "/" + r.uid }
 
@@ -87,7 +104,7 @@ func newClient(rc rest.Interface, node string, retry time.Duration, log *logrus.
 	if retry <= 0 {
 		retry = 500 * time.Millisecond
 	}
-	c := &Client{node: node, rc: rc, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now,
+	c := &Client{node: node, rc: rc, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now, checkDelay: defaultCheckDelay,
 		done: map[string]bool{}, wake: make(chan struct{}, 1)}
 	c.pods = newPodInformer(rc, node)
 	// a deleted pod's reports are forgotten: its UID never comes back
@@ -248,6 +265,10 @@ func (c *Client) settle(r *report, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case errors.Is(err, errCheckLater):
+		r.next = c.now().Add(c.checkDelay)
+		c.note(r.kind, nil)
+		return
 	case err == nil || errors.Is(err, errGone):
 		c.queue = removeReport(c.queue, r)
 		c.done[r.key()] = true
@@ -299,8 +320,24 @@ func (c *Client) write(ctx context.Context, r *report) error {
 	if err != nil {
 		return err
 	}
+	msg := r.message
+	if r.kind == opReject {
+		msg = "Pod was rejected: " + r.message
+	}
 	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-		return nil // terminal already: nothing to say
+		if !r.written {
+			return nil // terminal already, not by us: nothing to say
+		}
+		if p.Status.Reason == r.reason && p.Status.Message == msg {
+			if r.checks++; r.checks >= statusChecks {
+				return nil // it holds
+			}
+			return errCheckLater
+		}
+		// the kubelet wrote its own status over ours (phase kept, reason
+		// and message gone): write it again, once it knows ours it keeps it
+		c.log.WithFields(logrus.Fields{"pod": r.name, "namespace": r.namespace, "pod_uid": r.uid, "op": r.kind,
+			"reason": p.Status.Reason}).Info("reported status overwritten: writing it again")
 	}
 	if !r.eventMade {
 		if err := c.createEvent(ctx, p, r); err != nil {
@@ -312,10 +349,8 @@ func (c *Client) write(ctx context.Context, r *report) error {
 		st := p.Status.DeepCopy()
 		st.Phase = corev1.PodFailed
 		st.Reason = r.reason
-		if r.kind == opReject {
-			st.Message = "Pod was rejected: " + r.message
-		} else {
-			st.Message = r.message
+		st.Message = msg
+		if r.kind != opReject {
 			setCondition(st, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 				ObservedGeneration: p.Generation, Reason: corev1.PodReasonTerminationByKubelet, Message: r.message,
 				LastTransitionTime: metav1.NewTime(c.now())})
@@ -325,9 +360,12 @@ func (c *Client) write(ctx context.Context, r *report) error {
 		err := c.rc.Put().Namespace(p.Namespace).Resource("pods").Name(p.Name).SubResource("status").
 			Body(upd).Do(ctx).Error()
 		if err == nil {
-			c.log.WithFields(logrus.Fields{"pod": r.name, "namespace": r.namespace, "pod_uid": r.uid, "op": r.kind,
-				"after": c.now().Sub(r.since).Round(time.Millisecond)}).Info("pod status reported to the API server")
-			return nil
+			if !r.written {
+				c.log.WithFields(logrus.Fields{"pod": r.name, "namespace": r.namespace, "pod_uid": r.uid, "op": r.kind,
+					"after": c.now().Sub(r.since).Round(time.Millisecond)}).Info("pod status reported to the API server")
+			}
+			r.written = true
+			return errCheckLater
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
 			if apierrors.IsNotFound(err) {

@@ -62,6 +62,17 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 			code: codes.Unknown, wantNotCreated: true,
 		},
 		{
+			// the attempt's name is taken: a sandbox an earlier call made
+			// exists, and its pending record must stay
+			name: "containerd answers that the name is reserved",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.Unknown,
+					`failed to reserve sandbox name "p_ns_u1_0": name "p_ns_u1_0" is reserved for "0123abcd"`))
+				return context.Background(), nil
+			},
+			code: codes.Unknown, wantNotCreated: false,
+		},
+		{
 			name: "containerd answers Unavailable",
 			setup: func(t *testing.T, e *env) (context.Context, func()) {
 				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.Unavailable, "sandbox store busy"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -76,7 +77,9 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 // answered with a status, whatever its code: containerd answers many
 // definite failures (an unknown runtime handler, a failed network setup)
 // with codes.Unknown. A retried attempt whose sandbox exists keeps its
-// record in the sync loop whatever this says.
+// record in the sync loop whatever this says; a refusal that says the
+// attempt's name is taken means its sandbox exists, and the pending record
+// stays for reconciliation to complete.
 func maybeCreated(err error) bool {
 	var unsent unsentError
 	if errors.As(err, &unsent) {
@@ -85,6 +88,14 @@ func maybeCreated(err error) bool {
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled:
 		return true
+	case codes.AlreadyExists:
+		return true // a sandbox of this name exists
+	case codes.Unknown:
+		// containerd's answer when the attempt's name is taken, by a
+		// sandbox an earlier call created (its answer lost, e.g. cri-guard
+		// killed under it): `failed to reserve sandbox name "...": name
+		// "..." is reserved for "<id>"`: that sandbox exists
+		return strings.Contains(status.Convert(err).Message(), "is reserved for")
 	case codes.Unavailable:
 		// gRPC's own, for a connection lost under the call; an
 		// Unavailable the runtime sent is an answer
