@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,5 +239,57 @@ func TestRestoreDegraded(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("pod admitted while degraded lost by the restore: %+v", st.Pods)
+	}
+}
+
+// TestStatsFIFO: a FIFO put at meminfo while cri-guard runs (or a hung
+// mount) stops nothing: RunPodSandbox is answered (onStatsError: admit),
+// status answers and shows the stats error, the file put back recovers,
+// and shutdown is not held up.
+func TestStatsFIFO(t *testing.T) {
+	d := startDaemonOn(t, nil, func(o *options) {
+		o.Config.HousekeepingInterval = config.Duration{Duration: 200 * time.Millisecond}
+	})
+	meminfo := filepath.Join(d.opts.Config.ProcRoot, "meminfo")
+	orig, err := os.ReadFile(meminfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(meminfo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(meminfo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // a few passes on the FIFO
+	start := time.Now()
+	d.runPod(t, "with-fifo")
+	t.Logf("RunPodSandbox answered in %v with a FIFO at meminfo", time.Since(start))
+	st, err := admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(st.StatsError, "not a regular file") {
+		t.Fatalf("stats error = %q, want the FIFO named", st.StatsError)
+	}
+	if err := os.Remove(meminfo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(meminfo, orig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err = admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.StatsError == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats error after meminfo is back: %s", st.StatsError)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
