@@ -193,8 +193,10 @@ spec:
 		}
 		return n
 	}
-	// A retry the kubelet had already scheduled (10-15 s back-off) may
-	// still come once; after it none: 20 s with no new attempt.
+	// The kubelet's status manager may write its own status (Pending) over
+	// the rejection before it has seen it; its next retry (10-15 s back-off)
+	// is refused again and the rejection written again, which it then
+	// keeps: after that, 20 s with no new attempt.
 	time.Sleep(20 * time.Second)
 	before := tries()
 	time.Sleep(20 * time.Second)
@@ -202,6 +204,9 @@ spec:
 		t.Errorf("the kubelet kept trying the rejected pod: %d FailedCreatePodSandBox events, then %d", before, after)
 	}
 	t.Logf("sandbox attempts of the rejected pod: %d", before)
+	if p, err := c.pod(t, ns, "newcomer"); err != nil || p.Status.Phase != "Failed" || !strings.HasPrefix(p.Status.Message, rejected) {
+		t.Errorf("the rejected pod at the end: %+v, %v; want it still Failed, rejected", p.Status, err)
+	}
 	if conds := c.nodeConditions(t); conds["CriGuardMemoryPressure"] != "True" || conds["MemoryPressure"] != "False" {
 		t.Errorf("node conditions %v: want CriGuardMemoryPressure True (cri-guard's), MemoryPressure False (the kubelet's)", conds)
 	}

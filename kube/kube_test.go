@@ -347,3 +347,26 @@ func TestReportSurvivesTheKubeletsOverwrite(t *testing.T) {
 		t.Fatalf("events %d, status updates %d; want 1 and 2", events, puts)
 	}
 }
+
+// TestRejectedAgainIsChecked: the kubelet retries a pod that was rejected
+// (its status manager wrote Pending over Failed after the checks); the
+// new refusal reported again writes the status again, without a second
+// event.
+func TestRejectedAgainIsChecked(t *testing.T) {
+	f, c := newFakeAPI(t, apiPod("be", "u2"))
+	p := &pod.Pod{UID: "u2", Name: "be", Namespace: "default"}
+	c.Rejected(p, "Evicted", "m. ")
+	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	f.mu.Lock()
+	q := f.pods["default/be"]
+	q.Status.Phase, q.Status.Reason, q.Status.Message = corev1.PodPending, "", "" // the kubelet's overwrite
+	f.mu.Unlock()
+	c.Rejected(p, "Evicted", "m. ") // the kubelet's retry, refused again
+	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	if st := f.pod("default/be").Status; st.Phase != corev1.PodFailed || st.Message != "Pod was rejected: m. " {
+		t.Fatalf("status after the second refusal: %+v", st)
+	}
+	if events, puts := f.counts(); events != 1 || puts != 2 {
+		t.Fatalf("events %d, status updates %d; want 1 and 2", events, puts)
+	}
+}

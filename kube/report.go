@@ -72,7 +72,7 @@ var errCheckLater = errors.New("written: check again later")
 // statusChecks is how many times a written status is read back, and
 // checkDelay how long after each write or check.
 const (
-	statusChecks      = 2
+	statusChecks      = 3
 	defaultCheckDelay = 3 * time.Second
 )
 
@@ -151,8 +151,11 @@ func (c *Client) Evicted(p *pod.Pod, message string) {
 func (c *Client) enqueue(r *report) {
 	c.mu.Lock()
 	if c.done[r.key()] {
-		c.mu.Unlock()
-		return
+		// Reported already, yet decided again (the kubelet retried a
+		// rejected pod): its status manager may have written its own
+		// status over ours after our checks. Check again, and write the
+		// status again if it is gone; the event is not made twice.
+		r.eventMade, r.written = true, true
 	}
 	for _, q := range c.queue {
 		if q.key() == r.key() {
