@@ -52,31 +52,9 @@ func TestClusterAPI(t *testing.T) {
 	ns := c.namespace(t, "cg-api")
 	t.Cleanup(func() { c.setAvailable(t, 12<<30) })
 
-	c.apply(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: %s}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      dnsPolicy: Default
-      containers:
-      - name: main
-        image: %s
-        imagePullPolicy: IfNotPresent
-        command: [sh, -c, '%s']
-`, ns, clusterImage, podCommand))
+	c.apply(t, deploymentManifest(ns, "web", 1))
 	c.apply(t, podManifest(ns, "bu", "{requests: {memory: 512Mi}, limits: {memory: 1Gi}}", ""))
-	critical := "critical-" + ns
-	c.apply(t, podManifest("kube-system", critical, "{}", "  priorityClassName: system-node-critical\n"))
-	t.Cleanup(func() {
-		if _, err := c.kubectl("", "-n", "kube-system", "delete", "pod", critical, "--wait=true", "--timeout=60s"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	critical := c.criticalPod(t, ns)
 	c.waitRunning(t, ns, 3*time.Minute, "bu")
 	c.waitRunning(t, "kube-system", 3*time.Minute, critical)
 	var web kPod

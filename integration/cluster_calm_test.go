@@ -16,32 +16,10 @@ func TestClusterCalm(t *testing.T) {
 	c := needCluster(t)
 	ns := c.namespace(t, "cg-calm")
 
-	c.apply(t, fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: besteffort, namespace: %s}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: besteffort}}
-  template:
-    metadata: {labels: {app: besteffort}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      dnsPolicy: Default
-      containers:
-      - name: main
-        image: %s
-        imagePullPolicy: IfNotPresent
-        command: [sh, -c, '%s']
-`, ns, clusterImage, podCommand))
+	c.apply(t, deploymentManifest(ns, "besteffort", 2))
 	c.apply(t, podManifest(ns, "burstable", "{requests: {cpu: 10m, memory: 16Mi}}", ""))
 	c.apply(t, podManifest(ns, "guaranteed", "{limits: {cpu: 100m, memory: 64Mi}}", ""))
-	critical := "critical-" + ns
-	c.apply(t, podManifest("kube-system", critical, "{}", "  priorityClassName: system-node-critical\n"))
-	t.Cleanup(func() {
-		if _, err := c.kubectl("", "-n", "kube-system", "delete", "pod", critical, "--wait=true", "--timeout=60s"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	critical := c.criticalPod(t, ns)
 	static := c.staticPod(t, ns, "static", podManifest(ns, "static", "{}", ""))
 
 	c.waitFor(t, "deployment besteffort: 2 pods Running and Ready", 3*time.Minute, func() (bool, string) {

@@ -35,13 +35,7 @@ func TestClusterPressure(t *testing.T) {
 	// The victim ignores SIGTERM, as many programs do (sleep as PID 1):
 	// cri-guard's stop kills it after evictionMaxPodGracePeriod (5 s).
 	c.apply(t, podManifestCmd(ns, "victim", "{}", "", `echo "hello from $HOSTNAME"; exec sleep 3600`))
-	critical := "critical-" + ns
-	c.apply(t, podManifest("kube-system", critical, "{}", "  priorityClassName: system-node-critical\n"))
-	t.Cleanup(func() {
-		if _, err := c.kubectl("", "-n", "kube-system", "delete", "pod", critical, "--wait=true", "--timeout=60s"); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
+	critical := c.criticalPod(t, ns)
 	static := c.staticPod(t, ns, "static", podManifest(ns, "static", "{}", ""))
 	c.waitRunning(t, ns, 3*time.Minute, "victim", static)
 	c.waitRunning(t, "kube-system", 3*time.Minute, critical)

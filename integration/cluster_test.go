@@ -364,3 +364,39 @@ spec:
     resources: %s
 `, name, ns, name, extraSpec, clusterImage, command, resources)
 }
+
+// deploymentManifest is a Deployment of BestEffort replicas running
+// podCommand, labelled app=<name>.
+func deploymentManifest(ns, name string, replicas int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s, namespace: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      dnsPolicy: Default
+      containers:
+      - name: main
+        image: %s
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, '%s']
+`, name, ns, replicas, name, name, clusterImage, podCommand)
+}
+
+// criticalPod creates a system-node-critical pod in kube-system named
+// critical-<ns> (no annotation), deletes it at cleanup, and returns its name.
+func (c *cluster) criticalPod(t *testing.T, ns string) string {
+	t.Helper()
+	name := "critical-" + ns
+	c.apply(t, podManifest("kube-system", name, "{}", "  priorityClassName: system-node-critical\n"))
+	t.Cleanup(func() {
+		if _, err := c.kubectl("", "-n", "kube-system", "delete", "pod", name, "--wait=true", "--timeout=60s"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return name
+}
