@@ -481,6 +481,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		now := time.Now()
 		if now.Sub(start) > r.o.RunTimeout {
 			res.outcome = outcomeTimeout
+			res.err = r.timeoutState(ctx, p)
 			break
 		}
 		_, ws, err := r.dom.workingSet()
@@ -524,6 +525,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	}
 	res.peakBytes = max(r.dom.peak(), peakWS)
 	res.crossed = !crossedAt.IsZero()
+	res.measuredRate = growthRate(trace, limit-96<<20, limit)
 	decided, ok := decisionTime(readFrom(r.guardLog, logOffset), p.name)
 	if res.crossed {
 		if ok {
@@ -545,6 +547,47 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		}
 	}
 	return res
+}
+
+// timeoutState says where a run that timed out stood: the domain's usage
+// and the runaway's sandbox and container states.
+func (r *racer) timeoutState(ctx context.Context, p *racePod) string {
+	usage, ws, err := r.dom.workingSet()
+	if err != nil {
+		return fmt.Sprintf("timed out; domain: %v", err)
+	}
+	sb, cs := "?", "?"
+	if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil {
+		sb = st.GetStatus().GetState().String()
+	}
+	if st, err := r.direct.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: p.container}); err == nil {
+		cs = st.GetStatus().GetState().String()
+	}
+	return fmt.Sprintf("timed out: domain usage %s, working set %s; runaway sandbox %s, container %s", fmtBytes(usage), fmtBytes(ws), sb, cs)
+}
+
+// growthRate is the rate in MB/s at which the working set grew from the
+// first sample at or above lo to the first at or above hi (or the last
+// sample): what the runaway reached, which on a busy machine can be less
+// than it was asked for. 0 when the trace does not span the window.
+func growthRate(trace []sample, lo, hi int64) float64 {
+	var a, b *sample
+	for i := range trace {
+		s := &trace[i]
+		if a == nil && s.ws >= lo {
+			a = s
+		}
+		if a != nil {
+			b = s
+			if s.ws >= hi {
+				break
+			}
+		}
+	}
+	if a == nil || b == a || !b.at.After(a.at) {
+		return 0
+	}
+	return float64(b.ws-a.ws) / 1e6 / b.at.Sub(a.at).Seconds()
 }
 
 // oomCounts returns the OOM kill counts of the domain ("") and of each

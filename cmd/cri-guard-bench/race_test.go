@@ -80,3 +80,20 @@ func TestParseRaceFlags(t *testing.T) {
 		t.Error("unknown mode accepted")
 	}
 }
+
+func TestGrowthRate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	var trace []sample
+	for i := range 11 { // 10 MB every 100 ms: 100 MB/s
+		trace = append(trace, sample{t0.Add(time.Duration(i) * 100 * time.Millisecond), int64(i) * 10e6})
+	}
+	if got := growthRate(trace, 20e6, 80e6); got < 99.9 || got > 100.1 {
+		t.Errorf("growthRate = %v, want 100", got)
+	}
+	if got := growthRate(trace, 200e6, 300e6); got != 0 {
+		t.Errorf("growthRate of a trace below the window = %v, want 0", got)
+	}
+	if got := growthRate(trace, 50e6, 500e6); got < 99.9 || got > 100.1 {
+		t.Errorf("growthRate to the last sample = %v, want 100", got)
+	}
+}

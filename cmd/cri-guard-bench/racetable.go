@@ -46,7 +46,10 @@ type raceRun struct {
 	// grewBytes is how much the domain's working set grew from the
 	// decision to its peak (the runaway during the stop and its grace).
 	grewBytes int64
-	err       string
+	// measuredRate is the growth the runaway reached near the threshold,
+	// MB/s (0: not measured).
+	measuredRate float64
+	err          string
 }
 
 // raceRow is the summary of one mode at one rate.
@@ -57,6 +60,7 @@ type raceRow struct {
 	killed               map[string]int
 	decision, stopped    []time.Duration
 	peakMax, grewMax     int64
+	measured             []float64
 	timeouts, wrong, err int
 }
 
@@ -98,6 +102,9 @@ func summarize(runs []raceRun, modes []string) []raceRow {
 		}
 		if r.crossed && r.toStopped >= 0 && r.outcome == outcomeWon {
 			row.stopped = append(row.stopped, r.toStopped)
+		}
+		if r.measuredRate > 0 {
+			row.measured = append(row.measured, r.measuredRate)
 		}
 		row.peakMax = max(row.peakMax, r.peakBytes)
 		row.grewMax = max(row.grewMax, r.grewBytes)
@@ -150,6 +157,16 @@ func fmtDurations(ds []time.Duration) string {
 	return fmt.Sprintf("%s/%s", fmtMs(med), fmtMs(s[len(s)-1]))
 }
 
+// fmtMedianRate is the median of the measured rates, or "-".
+func fmtMedianRate(rs []float64) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	s := slices.Clone(rs)
+	slices.Sort(s)
+	return fmt.Sprintf("%.0f", s[len(s)/2])
+}
+
 func fmtMs(d time.Duration) string {
 	return fmt.Sprintf("%dms", d.Round(time.Millisecond).Milliseconds())
 }
@@ -175,7 +192,7 @@ func fmtKilled(m map[string]int) string {
 func printRace(w io.Writer, runs []raceRun, modes []string) {
 	rows := summarize(runs, modes)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rate MB/s\tmode\twon\tlost\tOOM-killed\tcross→decision med/max\tcross→stopped med/max\tpeak MiB\tgrew after decision MiB\tnotes")
+	fmt.Fprintln(tw, "rate MB/s\treached MB/s\tmode\twon\tlost\tOOM-killed\tcross→decision med/max\tcross→stopped med/max\tpeak MiB\tgrew after decision MiB\tnotes")
 	for _, r := range rows {
 		var notes []string
 		if r.wrong > 0 {
@@ -187,7 +204,7 @@ func printRace(w io.Writer, runs []raceRun, modes []string) {
 		if r.err > 0 {
 			notes = append(notes, fmt.Sprintf("%d error", r.err))
 		}
-		fmt.Fprintf(tw, "%g\t%s\t%d/%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", r.rate, r.mode, r.won, r.runs, r.lost,
+		fmt.Fprintf(tw, "%g\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\t%d\t%d\t%s\n", r.rate, fmtMedianRate(r.measured), r.mode, r.won, r.runs, r.lost,
 			fmtKilled(r.killed), fmtDurations(r.decision), fmtDurations(r.stopped), r.peakMax>>20, r.grewMax>>20,
 			strings.Join(notes, "; "))
 	}
