@@ -25,7 +25,19 @@
 // peak usage. Hold the harness lock while it runs:
 //
 //	go build -o /tmp/memhog ./tools/memhog
-//	flock /tmp/cri-guard-harness.lock cri-guard-bench race \
+//	flock -o /tmp/cri-guard-harness.lock cri-guard-bench race \
 //	    --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
 //	    --cri-guard-binary bin/cri-guard --memhog /tmp/memhog [--quick]
+//
+// The race counts an OOM kill from the kernel log (/dev/kmsg "oom-kill:"
+// lines, which name the victim's cgroup): on cgroup v1 the domain's own
+// oom_kill counter stays 0, the kernel counting a kill only in the
+// victim's cgroup.
+//
+// The idle subcommand starts race modes side by side on an empty pods
+// cgroup and prints each one's CPU time over the same interval (default
+// 10 minutes; "psi" is the previous release's default configuration):
+//
+//	cri-guard-bench idle --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
+//	    --cri-guard-binary bin/cri-guard [--modes default,psi --duration 10m]
 package main

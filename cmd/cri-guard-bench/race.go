@@ -41,6 +41,7 @@ type raceOptions struct {
 	Headroom        int64
 	Bystander       int64
 	RunTimeout      time.Duration
+	GuardLogLevel   string
 }
 
 // raceModes are the cri-guard configurations raced, as config file lines
@@ -78,6 +79,7 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	headroom := fs.String("headroom", "128Mi", "the runaway starts this far above the threshold (it prefills the rest at once)")
 	bystander := fs.String("bystander", "100Mi", "memory of the BestEffort and Burstable bystanders (the critical pod has half)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 40*time.Second, "bound of one run")
+	fs.StringVar(&o.GuardLogLevel, "guard-log-level", "info", "cri-guard's --log-level (its log is <work-dir>/<mode>/cri-guard.log)")
 	quick := fs.Bool("quick", false, "rates 25,400,1600 and one run each (a smoke test)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -168,6 +170,11 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	if err != nil {
 		return fmt.Errorf("containerd at %q: %w", o.RuntimeEndpoint, err)
 	}
+	ooms, err := watchOOM()
+	if err != nil {
+		return err
+	}
+	defer ooms.close()
 	runID := fmt.Sprintf("race-%d", os.Getpid())
 	dom, err := newDomain(o.CgroupRoot+"/"+runID, o.Domain)
 	if err != nil {
@@ -179,7 +186,7 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	log.WithFields(logrus.Fields{"run": runID, "domain": dom.dir, "limit": o.Domain, "threshold": o.Threshold}).Info("race domain created")
 	var runs []raceRun
 	for _, mode := range o.Modes {
-		rs, err := raceMode(ctx, o, mode, dom, direct.rt, workDir, runID, log.WithField("mode", mode))
+		rs, err := raceMode(ctx, o, mode, dom, ooms, direct.rt, workDir, runID, log.WithField("mode", mode))
 		runs = append(runs, rs...)
 		if err != nil {
 			return fmt.Errorf("mode %s: %w", mode, err)
@@ -207,7 +214,7 @@ adminSocket: ""
 
 // raceMode starts cri-guard with the mode's config, creates the bystanders
 // through it and races the runaway at each rate.
-func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
+func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, ooms *oomWatch, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
 	dir := filepath.Join(workDir, mode)
 	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
 		return nil, err
@@ -216,7 +223,7 @@ func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, dire
 	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, mode, workDir, dom)), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level info"}, o.Binary, nil, dir, log)
+	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +238,7 @@ func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, dire
 	}
 	defer gconn.Close()
 	r := &racer{o: o, mode: mode, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
-		guardLog: filepath.Join(dir, "cri-guard.log"), log: log}
+		guardLog: filepath.Join(dir, "cri-guard.log"), ooms: ooms, log: log}
 	if err := r.waitServing(ctx); err != nil {
 		return nil, err
 	}
@@ -260,6 +267,7 @@ type racer struct {
 	guard      runtimeapi.RuntimeServiceClient // through cri-guard
 	dir, runID string
 	guardLog   string
+	ooms       *oomWatch
 	log        *logrus.Entry
 	bystanders []*racePod
 	seq        int
@@ -465,6 +473,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	if err != nil {
 		return fail(err)
 	}
+	kills0 := r.ooms.count()
 	logOffset := fileSize(r.guardLog)
 	r.dom.resetPeak()
 	args := []string{"-anon", "-prefill", strconv.FormatInt(prefill>>20, 10), "-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-size", "0"}
@@ -473,6 +482,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	}
 	start := time.Now()
 	var crossedAt, stoppedAt time.Time
+	var stoppedMono time.Duration
 	var trace []sample
 	var peakWS int64
 	limit := r.o.Domain - r.o.Threshold // working set at which the threshold is met
@@ -492,6 +502,10 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 				crossedAt = now
 			}
 		}
+		if ks, _ := r.ooms.in(kills0, r.dom.group); len(ks) > 0 {
+			res.outcome = outcomeOOM
+			break
+		}
 		if n, err := r.dom.oomKills(); err == nil && n > oom0[""] {
 			res.outcome = outcomeOOM
 			break
@@ -500,7 +514,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 			nextStatus = now.Add(10 * time.Millisecond)
 			if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil &&
 				st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
-				stoppedAt = now
+				stoppedAt, stoppedMono = now, monotonicNow()
 				res.outcome = outcomeWon
 				break
 			}
@@ -511,11 +525,22 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	// an OOM kill may have come between two samples
+	// an OOM kill may have come between two samples: the kernel log says
+	// when, and whom it took
 	time.Sleep(50 * time.Millisecond)
+	ks, err := r.ooms.in(kills0, r.dom.group)
+	if err != nil {
+		res.err = err.Error()
+	}
+	for _, k := range ks {
+		if stoppedMono == 0 || k.at <= stoppedMono {
+			res.outcome = outcomeOOM
+			res.killed = append(res.killed, r.roleOf(k.taskMemcg, p)+"("+k.task+")")
+		}
+	}
 	if oom1, err := r.oomCounts(); err == nil {
 		for role, n := range oom1 {
-			if role != "" && n > oom0[role] {
+			if role != "" && n > oom0[role] && len(ks) == 0 {
 				res.killed = append(res.killed, role)
 			}
 		}
@@ -588,6 +613,17 @@ func growthRate(trace []sample, lo, hi int64) float64 {
 		return 0
 	}
 	return float64(b.ws-a.ws) / 1e6 / b.at.Sub(a.at).Seconds()
+}
+
+// roleOf names the pod whose cgroup holds the cgroup path, by its UID in
+// the path: the runaway p, a bystander, or "other".
+func (r *racer) roleOf(cgroup string, runaway *racePod) string {
+	for _, q := range append([]*racePod{runaway}, r.bystanders...) {
+		if q != nil && (cgroup == q.parent || strings.HasPrefix(cgroup, q.parent+"/")) {
+			return q.role
+		}
+	}
+	return "other"
 }
 
 // oomCounts returns the OOM kill counts of the domain ("") and of each

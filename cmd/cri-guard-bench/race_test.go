@@ -97,3 +97,44 @@ func TestGrowthRate(t *testing.T) {
 		t.Errorf("growthRate to the last sample = %v, want 100", got)
 	}
 }
+
+func TestParseKmsgOOM(t *testing.T) {
+	rec := "6,1848,9351731263,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=2a85,mems_allowed=0," +
+		"oom_memcg=/cri-guard-rt-pods/race-6193,task_memcg=/cri-guard-rt-pods/race-6193/kubepods/burstable/podrace-6193-default-23/2a85," +
+		"task=memhog,pid=9691,uid=0\n"
+	k, ok := parseKmsgOOM(rec)
+	if !ok {
+		t.Fatal("oom-kill record not parsed")
+	}
+	want := oomKill{at: 9351731263 * time.Microsecond, memcg: "/cri-guard-rt-pods/race-6193",
+		taskMemcg: "/cri-guard-rt-pods/race-6193/kubepods/burstable/podrace-6193-default-23/2a85", task: "memhog", pid: 9691}
+	if k != want {
+		t.Errorf("parseKmsgOOM = %+v, want %+v", k, want)
+	}
+	for _, other := range []string{
+		"6,1849,9351731361,-;Memory cgroup out of memory: Killed process 9691 (memhog) total-vm:2013716kB\n",
+		"no header at all",
+		"4,10,1,-;oom-kill:constraint=CONSTRAINT_NONE\n",
+	} {
+		if _, ok := parseKmsgOOM(other); ok {
+			t.Errorf("parseKmsgOOM(%q) took it as a kill", other)
+		}
+	}
+}
+
+// TestOOMWatchCloses: close ends the follower's blocked read (it once
+// hung, the descriptor in blocking mode, and the bench with it).
+func TestOOMWatchCloses(t *testing.T) {
+	w, err := watchOOM()
+	if err != nil {
+		t.Skipf("no /dev/kmsg here: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond) // the follower is in its read
+	done := make(chan struct{})
+	go func() { w.close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not end the kernel log follower")
+	}
+}
