@@ -27,3 +27,20 @@ func (m *Manager) NearThreshold(margin int64) bool {
 	}
 	return false
 }
+
+// MemoryThresholdMet reports whether the last evaluation acts on a memory
+// signal (memory.available, allocatableMemory.available): an observation
+// of now, unlike a PSI average, which still holds a stall for seconds
+// after its cause is gone. The sync loop lets a quick pass start the next
+// eviction right after the last one settled when this is true.
+func (m *Manager) MemoryThresholdMet() bool {
+	if m.statsErr != nil {
+		return false
+	}
+	for _, met := range m.result.Met {
+		if !met.Threshold.Signal.IsPSI() {
+			return true
+		}
+	}
+	return false
+}

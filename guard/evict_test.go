@@ -350,3 +350,32 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 		t.Fatal("the static pod was stopped on the word of a forged record")
 	}
 }
+
+// TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
+// last eviction settled lets the next quick pass (fast poll, memcg
+// notification) evict the next pod at once, not evictionSpacing later: a
+// second runaway must not get a second to reach the OOM killer.
+func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h.sampler.set(512 << 20)
+	ctx := context.Background()
+	pass := func(why string) {
+		t.Helper()
+		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+			t.Fatal(err)
+		}
+		h.settled(t)
+	}
+	start := time.Now()
+	pass("fast-poll")
+	pass("fast-poll")
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions after two quick passes = %v, want two evictions", got)
+	}
+	if d := time.Since(start); d >= evictionSpacing {
+		t.Skipf("the passes took %v, evictionSpacing or more: nothing shown", d)
+	}
+}

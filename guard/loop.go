@@ -225,6 +225,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// memoryMet is what the loop asks of the evictor (evictor.Manager) to
+// evict again within evictionSpacing.
+type memoryMet interface {
+	MemoryThresholdMet() bool
+}
+
 // psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
 // two and a half of the kernel's 2 s trigger windows. The interval is twice
 // the sampler's 50 ms minimum step for fresh averages, so each pass sees the
@@ -234,8 +240,9 @@ const (
 	psiFollowUpInterval = 100 * time.Millisecond
 	followUpResync      = time.Second
 	// evictionSpacing: the least time between an eviction and the next one
-	// started by a quick pass (housekeeping ticks keep their own cadence,
-	// as the kubelet's one eviction per monitoring interval)
+	// started by a quick pass on a PSI threshold alone (housekeeping ticks
+	// keep their own cadence, as the kubelet's one eviction per monitoring
+	// interval; a memory signal does not wait)
 	evictionSpacing = time.Second
 )
 
@@ -258,14 +265,24 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		l.resync(ctx)
 		l.retryUnsaved()
 	}
-	if l.evicting != nil || (why != "tick" && why != "manual" && l.now().Sub(l.lastEvicted) < evictionSpacing) {
+	if l.evicting != nil {
 		// one eviction at a time: the next waits until this one is done;
-		// and the quick passes (triggers, follow-ups, fast polls) start
-		// the next no sooner than evictionSpacing after the last, so that
-		// the victim's memory is seen reclaimed first; meanwhile admission
-		// gets current conditions
+		// meanwhile admission gets current conditions
 		l.ev.Observe()
 		return
+	}
+	if why != "tick" && why != "manual" && l.now().Sub(l.lastEvicted) < evictionSpacing {
+		// The quick passes (triggers, follow-ups, fast polls) start the
+		// next eviction no sooner than evictionSpacing after the last
+		// settled, as a PSI average still holds the stall the victim
+		// caused; a memory signal met in a sample taken after the victim's
+		// stop returned (its processes are gone, their memory uncharged)
+		// is now, and waits for nothing: a second runaway must not get a
+		// second to reach the OOM killer.
+		l.ev.Observe()
+		if m, ok := l.ev.(memoryMet); !ok || !m.MemoryThresholdMet() {
+			return
+		}
 	}
 	l.applyAPI()
 	e, err := l.ev.Synchronize(l.active())
