@@ -25,7 +25,8 @@ type Status struct {
 	// StatsError is set when the last sample failed (the figures shown are
 	// then those of the last good sample, at SampledAt).
 	StatsError string `json:"statsError,omitempty"`
-	// SignalErrors say why signals are missing from the last sample.
+	// SignalErrors say why signals are missing from the last sample, and
+	// which thresholds' signals it lacks.
 	SignalErrors []string `json:"signalErrors,omitempty"`
 	// Conditions are the node conditions now set (MemoryPressure).
 	Conditions []string `json:"conditions"`

@@ -680,3 +680,29 @@ func TestStatsErrorIsStale(t *testing.T) {
 		t.Fatalf("conditions under stats error with admit = %v, want none", snap.Conditions)
 	}
 }
+
+// TestMissingSignalShown: a threshold whose signal the sample lacks
+// without an error (a PSI file gone reads as PSI disabled) cannot act, and
+// status says so (issue 17 item 9: not in silence); once the signal is
+// back, it does not.
+func TestMissingSignalShown(t *testing.T) {
+	s, r, c := &fakeSampler{}, &recorder{}, newClock()
+	s.available(500 * mi) // no PSI in the sample
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{
+		Hard: map[string]string{"memory.available": "100Mi", "memory.pressure.some.avg10": "20%"}})}, s, r, c)
+	if _, err := m.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	errs := m.Snapshot().SignalErrors
+	if len(errs) != 1 || !strings.Contains(errs[0], "memory.pressure.some.avg10 missing") {
+		t.Fatalf("signal errors without PSI = %q, want the PSI signal named", errs)
+	}
+	s.node.HasPSI = true
+	c.step(10 * time.Second)
+	if _, err := m.Synchronize(nil); err != nil {
+		t.Fatal(err)
+	}
+	if errs := m.Snapshot().SignalErrors; len(errs) != 0 {
+		t.Fatalf("signal errors with PSI back = %q, want none", errs)
+	}
+}

@@ -1,6 +1,7 @@
 package evictor
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -58,7 +59,8 @@ type Status struct {
 	Source     string    `json:"source,omitempty"`
 	StatsError string    `json:"statsError,omitempty"`
 	// SignalErrors say why signals are missing from the last sample (a
-	// broken PSI file, an unreadable pods cgroup).
+	// broken PSI file, an unreadable pods cgroup) and name the thresholds'
+	// signals it lacks, error or not (a PSI file gone).
 	SignalErrors []string                                 `json:"signalErrors,omitempty"`
 	Observed     map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
 	// Thresholds are the thresholds in force, as the last evaluation saw
@@ -104,6 +106,11 @@ func (m *Manager) publish(ranked []Candidate) {
 		if err != nil {
 			s.SignalErrors = append(s.SignalErrors, err.Error())
 		}
+	}
+	// a signal can be missing without an error (a PSI file gone reads as
+	// PSI disabled): its thresholds cannot act, and status says so
+	for _, sig := range m.missing {
+		s.SignalErrors = append(s.SignalErrors, fmt.Sprintf("%s missing from the sample: its thresholds cannot act", sig))
 	}
 	s.Thresholds = m.result.States
 	if len(s.Thresholds) != len(m.cfg.Thresholds) { // not evaluated yet, or stats unreadable
