@@ -26,7 +26,7 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	l.evicting = e
+	l.evicting, l.victimID, l.graceCut = e, cur.SandboxID, false
 	victim := cur.Clone()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
@@ -50,13 +50,44 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	}()
 }
 
+// cutGrace stops the victim's sandbox at once, without waiting for the
+// grace period its containers were given, when a memory signal is below
+// half of a hard threshold during an eviction (loop goroutine; once per
+// eviction). The kubelet gives a hard eviction 1 s (2 s per container at
+// least): a runaway that ignores SIGTERM grows all that time, and at a few
+// hundred MB/s the kernel's OOM killer ends the race first, killing
+// whatever scores highest, a bystander as likely as the victim. Killing the
+// victim already chosen is never worse. StopPodSandbox kills the sandbox's
+// containers without a grace period (containerd's stopContainer with
+// timeout 0); the eviction's own stop returns once they are gone.
+func (l *Loop) cutGrace() {
+	c, ok := l.ev.(memoryCritical)
+	if l.graceCut || l.victimID == "" || !ok {
+		return
+	}
+	why, critical := c.MemoryCritical()
+	if !critical {
+		return
+	}
+	l.graceCut = true
+	id, fields := l.victimID, podFields(l.evicting.Pod)
+	l.log.WithFields(fields).WithField("observed", why).Warn("memory critical during the eviction's grace period: killing the pod now")
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
+		defer cancel()
+		if err := l.rt.StopPodSandbox(ctx, id); err != nil {
+			l.log.WithFields(fields).WithError(err).Warn("kill of the evicted pod failed; its stop goes on")
+		}
+	}()
+}
+
 // settleEviction records an eviction's outcome (loop goroutine). Only a
 // stop that happened counts: the evictor records it (metrics, re-admission
 // guard) and the pod's current record, if it still has one, is marked
 // stopped with EvictedAt. A failed or timed-out stop changes nothing but
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
-	l.evicting = nil
+	l.evicting, l.victimID = nil, ""
 	l.lastEvicted = l.now()
 	if err != nil {
 		l.ev.EvictionFailed(e, err)

@@ -379,3 +379,42 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 		t.Skipf("the passes took %v, evictionSpacing or more: nothing shown", d)
 	}
 }
+
+// TestGraceCutShortWhenMemoryCritical: while the victim's containers are
+// in their grace period (ignoring SIGTERM), a sample with memory.available
+// under half of the hard threshold kills the sandbox at once
+// (StopPodSandbox), once; above half, the grace period runs.
+func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.ctrHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	pass := func(why string) {
+		t.Helper()
+		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1") }
+	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
+	pass("tick")
+	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
+	pass("fast-poll")
+	time.Sleep(20 * time.Millisecond)
+	if n := kills(); n != 0 {
+		t.Fatalf("sandbox stopped %d times during the grace period with memory above half the threshold", n)
+	}
+	h.sampler.set(300 << 20)
+	pass("fast-poll")
+	waitFor(t, func() bool { return kills() == 1 })
+	pass("fast-poll")
+	close(rt.ctrHang) // the kill ended the container
+	h.settled(t)
+	if n := kills(); n != 2 { // the kill, then the eviction's own StopPodSandbox
+		t.Fatalf("StopPodSandbox s1 calls = %d, want the kill once and the eviction's own: %v", n, rt.Calls())
+	}
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want one eviction", got)
+	}
+}

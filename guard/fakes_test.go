@@ -30,6 +30,9 @@ type fakeRuntime struct {
 	// stopHang, when set, makes StopPodSandbox wait for it or ctx.
 	stopErrs []error
 	stopHang chan struct{}
+	// ctrHang, when set, makes StopContainer wait for it or ctx (a
+	// container that ignores SIGTERM for its grace period).
+	ctrHang chan struct{}
 	usage    map[string]uint64 // container working sets, by id
 }
 
@@ -107,10 +110,20 @@ func (f *fakeRuntime) ListContainerStats(_ context.Context, filter *runtimeapi.C
 	return out, nil
 }
 
-func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout int64) error {
+func (f *fakeRuntime) StopContainer(ctx context.Context, id string, timeout int64) error {
+	f.mu.Lock()
+	f.record(fmt.Sprintf("StopContainer %s %d", id, timeout))
+	hang := f.ctrHang
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record(fmt.Sprintf("StopContainer %s %d", id, timeout))
 	if c, ok := f.ctrs[id]; ok {
 		c.State = runtimeapi.ContainerState_CONTAINER_EXITED
 	}

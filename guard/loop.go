@@ -115,6 +115,8 @@ type Loop struct {
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
 	evicting    *evictor.Eviction   // the eviction whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
+	victimID    string              // the sandbox of the eviction under way
+	graceCut    bool                // its grace period was cut short
 	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
 	closeOnce   sync.Once
 	done        chan struct{}
@@ -225,6 +227,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
+// memoryCritical is what the loop asks of the evictor (evictor.Manager)
+// to cut an eviction's grace period short.
+type memoryCritical interface {
+	MemoryCritical() (string, bool)
+}
+
 // memoryMet is what the loop asks of the evictor (evictor.Manager) to
 // evict again within evictionSpacing.
 type memoryMet interface {
@@ -267,8 +275,10 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	}
 	if l.evicting != nil {
 		// one eviction at a time: the next waits until this one is done;
-		// meanwhile admission gets current conditions
+		// meanwhile admission gets current conditions, and the grace
+		// period is cut short if the node is a moment from OOM
 		l.ev.Observe()
+		l.cutGrace()
 		return
 	}
 	if why != "tick" && why != "manual" && l.now().Sub(l.lastEvicted) < evictionSpacing {

@@ -42,6 +42,7 @@ type raceOptions struct {
 	Bystander       int64
 	RunTimeout      time.Duration
 	GuardLogLevel   string
+	IgnoreSIGTERM   bool
 }
 
 // raceModes are the cri-guard configurations raced, as config file lines
@@ -80,6 +81,7 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	bystander := fs.String("bystander", "100Mi", "memory of the BestEffort and Burstable bystanders (the critical pod has half)")
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 40*time.Second, "bound of one run")
 	fs.StringVar(&o.GuardLogLevel, "guard-log-level", "info", "cri-guard's --log-level (its log is <work-dir>/<mode>/cri-guard.log)")
+	fs.BoolVar(&o.IgnoreSIGTERM, "runaway-ignores-sigterm", false, "the runaway ignores SIGTERM (memhog -ignore-sigterm): a stop waits for the grace period, and the table's growth after the decision shows what that costs")
 	quick := fs.Bool("quick", false, "rates 25,400,1600 and one run each (a smoke test)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -192,8 +194,12 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
 	}
-	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate\n\n",
-		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom))
+	term := "exits on SIGTERM"
+	if o.IgnoreSIGTERM {
+		term = "ignores SIGTERM"
+	}
+	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate; it %s\n\n",
+		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom), term)
 	printRace(out, runs, o.Modes)
 	return nil
 }
@@ -477,6 +483,9 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	logOffset := fileSize(r.guardLog)
 	r.dom.resetPeak()
 	args := []string{"-anon", "-prefill", strconv.FormatInt(prefill>>20, 10), "-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-size", "0"}
+	if r.o.IgnoreSIGTERM {
+		args = append(args, "-ignore-sigterm")
+	}
 	if err := r.start(ctx, p, args); err != nil {
 		return fail(err)
 	}

@@ -14,12 +14,17 @@
 // growing at -size MiB (0: never) and then sleeps.
 //
 //	memhog -anon -prefill 300 -rate 200 -size 0
+//
+// A Go program exits on SIGTERM, even as PID 1 of its container (it has a
+// handler); -ignore-sigterm makes it a runaway that ignores SIGTERM, as
+// many programs do as PID 1, so that a stop waits for the grace period.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"syscall"
 	"time"
 )
@@ -30,7 +35,11 @@ func main() {
 	anon := flag.Bool("anon", false, "allocate anonymous memory at -rate instead of mapping a file")
 	rate := flag.Float64("rate", 100, "growth in MB/s (10^6 bytes) in -anon mode")
 	prefill := flag.Int("prefill", 0, "in -anon mode, MiB touched at once before growing at -rate")
+	ignoreTerm := flag.Bool("ignore-sigterm", false, "ignore SIGTERM, as a program that does not handle it (PID 1 of its container) does: a stop then waits for its grace period and SIGKILL")
 	flag.Parse()
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
 	var err error
 	if *anon {
 		err = runAnon(*rate*1e6, int64(*prefill)<<20, int64(*sizeMiB)<<20)
