@@ -33,7 +33,7 @@ type fakeRuntime struct {
 	// ctrHang, when set, makes StopContainer wait for it or ctx (a
 	// container that ignores SIGTERM for its grace period).
 	ctrHang chan struct{}
-	usage    map[string]uint64 // container working sets, by id
+	usage   map[string]uint64 // container working sets, by id
 }
 
 func newFakeRuntime() *fakeRuntime {
