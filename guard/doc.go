@@ -13,7 +13,13 @@
 //     the outcome comes back to the loop, which records it. Only a stop that
 //     happened (or a sandbox already gone) counts, arms the re-admission
 //     guard and marks the record; a failed or timed-out stop leaves the pod
-//     ready and ranked for the next pass. One eviction at a time.
+//     ready and ranked for the next pass. One eviction at a time; quick
+//     passes (PSI trigger and follow-ups, memcg notification, fast poll)
+//     start the next at once when a memory signal is still met in a sample
+//     after the last settled, and 1 s after it on a PSI average alone. A
+//     sample during the grace period with a memory signal under half of a
+//     hard threshold cuts it short: the victim's sandbox is stopped at once
+//     (fastpath.go, evict.go cutGrace).
 //   - StopPodSandbox/RemovePodSandbox through cri-guard, runtime events and
 //     housekeeping resyncs update or drop records on the loop.
 //
