@@ -117,6 +117,7 @@ type Loop struct {
 	lastEvicted time.Time           // when the last eviction's stop returned
 	victimID    string              // the sandbox of the eviction under way
 	graceCut    bool                // its grace period was cut short
+	passErr     string              // the error of the last eviction pass, if it failed
 	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
 	closeOnce   sync.Once
 	done        chan struct{}
@@ -297,8 +298,20 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	l.applyAPI()
 	e, err := l.ev.Synchronize(l.active())
 	if err != nil {
-		l.log.WithError(err).WithField("trigger", why).Warn("eviction pass failed")
+		// said once as a warning (the evictor's stats error is in status
+		// and metrics meanwhile), then at debug while it lasts
+		log := l.log.WithError(err).WithField("trigger", why)
+		if l.passErr == "" {
+			log.Warn("eviction pass failed; further failures are logged at debug level until a pass succeeds")
+		} else {
+			log.Debug("eviction pass failed")
+		}
+		l.passErr = err.Error()
 		return
+	}
+	if l.passErr != "" {
+		l.log.WithField("last_error", l.passErr).Info("eviction passes succeed again")
+		l.passErr = ""
 	}
 	if e != nil {
 		l.evict(e)
