@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/cri-guard/cri-guard/admin"
 
@@ -288,6 +290,11 @@ func restore(ctx context.Context, loop *guard.Loop, bound time.Duration, log *lo
 		if attempt%20 == 0 {
 			log.WithError(err).Warn("restore failed: retrying")
 		}
+		if !waitable(err) {
+			log.WithError(err).Error("restore cannot finish by waiting: serving degraded (restored pods not known yet), retrying in the background")
+			loop.ServeDegraded(err)
+			return nil
+		}
 		if time.Now().After(deadline) {
 			log.WithError(err).WithField("waited", bound).Error("restore did not finish: serving degraded (restored pods not known yet), retrying in the background")
 			loop.ServeDegraded(err)
@@ -299,6 +306,17 @@ func restore(ctx context.Context, loop *guard.Loop, bound time.Duration, log *lo
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// waitable reports whether a failed restore may succeed by waiting for the
+// runtime. An answer larger than a message may carry
+// (codes.ResourceExhausted: containerd's own 16 MiB send limit, which a
+// sandbox list with very large configs exceeds, or cri-guard's receive
+// limit) comes again on every try: start-up serves degraded at once rather
+// than keep the kubelet from the runtime for the whole bound, and the
+// background retry finishes the restore once the list fits.
+func waitable(err error) bool {
+	return status.Code(err) != codes.ResourceExhausted
 }
 
 // retryRestore completes a restore that start-up gave up waiting for, on

@@ -242,6 +242,47 @@ func TestRestoreDegraded(t *testing.T) {
 	}
 }
 
+// TestRestoreTooLarge: a sandbox list larger than a message may carry
+// (containerd's own send limit: issue 17 item 6) does not heal by waiting:
+// start-up serves degraded at once, however long restoreTimeout is, and the
+// background retry finishes the restore. Other failures are waited for.
+func TestRestoreTooLarge(t *testing.T) {
+	tests := []struct {
+		name         string
+		err          error
+		wantDegraded bool
+	}{
+		{name: "too large", err: status.Error(codes.ResourceExhausted, "grpc: trying to send message larger than max (25167936 vs. 16777216)"), wantDegraded: true},
+		{name: "not ready yet", err: status.Error(codes.Unknown, "server is not initialized yet"), wantDegraded: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// an hour: a start-up that waited would not answer within
+			// startDaemonOn's 30 s
+			d := startDaemonOn(t, func(f *fakeruntime.Backend) {
+				f.Runtime.InjectError("ListPodSandbox", tt.err)
+			}, func(o *options) { o.RestoreTimeout = time.Hour })
+			st, err := admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Degraded != ""; got != tt.wantDegraded {
+				t.Fatalf("degraded = %q at start-up, want degraded %v", st.Degraded, tt.wantDegraded)
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for st.Degraded != "" {
+				if time.Now().After(deadline) {
+					t.Fatalf("still degraded after 20s: %s", st.Degraded)
+				}
+				time.Sleep(100 * time.Millisecond)
+				if st, err = admin.Fetch(context.Background(), d.opts.Config.AdminSocket); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // TestStatsFIFO: a FIFO put at meminfo while cri-guard runs (or a hung
 // mount) stops nothing: RunPodSandbox is answered (onStatsError: admit),
 // status answers and shows the stats error, the file put back recovers,
