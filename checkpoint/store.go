@@ -126,6 +126,15 @@ func (s *Store) Put(r Record) error {
 	if err != nil {
 		return err
 	}
+	if len(data) > MaxRecordSize {
+		// a sandbox config may be far larger (containerd takes megabytes
+		// of annotations); a record that large would be quarantined at
+		// the next start, its EvictedAt lost. What restore needs of the
+		// labels and annotations it takes from containerd's sandbox.
+		if data, err = s.fit(r); err != nil {
+			return err
+		}
+	}
 	mu := s.lock(name)
 	mu.Lock()
 	defer mu.Unlock()
@@ -133,6 +142,40 @@ func (s *Store) Put(r Record) error {
 		return fmt.Errorf("put checkpoint %q: %w", r.Pod.Key(), err)
 	}
 	return nil
+}
+
+// maxKeptValue is the largest label or annotation value a record keeps
+// when the whole would exceed MaxRecordSize.
+const maxKeptValue = 4 << 10
+
+// fit encodes r within MaxRecordSize: first without the labels and
+// annotations whose value is over maxKeptValue, then without any.
+func (s *Store) fit(r Record) ([]byte, error) {
+	small := func(m map[string]string) map[string]string {
+		out := make(map[string]string, len(m))
+		for k, v := range m {
+			if len(k)+len(v) <= maxKeptValue {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	trimmed := r
+	trimmed.Pod.Labels, trimmed.Pod.Annotations = small(r.Pod.Labels), small(r.Pod.Annotations)
+	data, err := encode(trimmed)
+	if err == nil && len(data) > MaxRecordSize {
+		trimmed.Pod.Labels, trimmed.Pod.Annotations = nil, nil
+		data, err = encode(trimmed)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxRecordSize {
+		return nil, fmt.Errorf("put checkpoint %q: %d bytes without labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), MaxRecordSize)
+	}
+	s.log.WithField("pod", r.Pod.Key()).WithField("labels", len(trimmed.Pod.Labels)).WithField("annotations", len(trimmed.Pod.Annotations)).
+		Warn("checkpoint record over the size limit: large labels and annotations left out (restore takes them from containerd)")
+	return data, nil
 }
 
 // writeAtomic writes data to dir/name via a unique temp file, fsync, rename

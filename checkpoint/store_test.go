@@ -388,3 +388,31 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("Inspect = %+v, %v", recs, err)
 	}
 }
+
+// TestPutFitsHugeConfigs: a pod with megabytes of annotations (legal for
+// containerd) gets a record within MaxRecordSize that is read back (not
+// quarantined), its small annotations kept.
+func TestPutFitsHugeConfigs(t *testing.T) {
+	s, err := New(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	big := strings.Repeat("x", 1<<20)
+	p := pod.Pod{UID: "huge", Name: "huge", Namespace: "ns", Annotations: map[string]string{
+		"a": big, "b": big, pod.AnnotationConfigSource: "file"}, Static: true, Critical: true}
+	if err := s.Put(Record{Pod: p, State: pod.StateReady, SandboxID: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("records = %d, want the huge pod's", len(recs))
+	}
+	got := recs[0].Pod
+	if got.Annotations[pod.AnnotationConfigSource] != "file" || len(got.Annotations) != 1 || !got.Critical || !got.Static {
+		t.Fatalf("record read back: annotations %d (config.source %q), critical %v static %v", len(got.Annotations), got.Annotations[pod.AnnotationConfigSource], got.Critical, got.Static)
+	}
+}
