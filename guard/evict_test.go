@@ -353,8 +353,9 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 
 // TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
 // last eviction settled lets the next quick pass (fast poll, memcg
-// notification) evict the next pod at once, not evictionSpacing later: a
-// second runaway must not get a second to reach the OOM killer.
+// notification) evict the next pod memoryEvictionSpacing after it, not
+// evictionSpacing later: a second runaway must not get a second to reach
+// the OOM killer.
 func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
@@ -369,14 +370,18 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 		}
 		h.settled(t)
 	}
-	start := time.Now()
+	clock := time.Unix(5000, 0)
+	h.loop.now = func() time.Time { return clock }
 	pass("fast-poll")
-	pass("fast-poll")
-	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
-		t.Fatalf("decisions after two quick passes = %v, want two evictions", got)
+	clock = clock.Add(memoryEvictionSpacing / 2)
+	pass("fast-poll") // too soon even on a memory signal
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", memoryEvictionSpacing/2, got)
 	}
-	if d := time.Since(start); d >= evictionSpacing {
-		t.Skipf("the passes took %v, evictionSpacing or more: nothing shown", d)
+	clock = clock.Add(memoryEvictionSpacing)
+	pass("fast-poll") // within evictionSpacing, after memoryEvictionSpacing
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", memoryEvictionSpacing*3/2, got)
 	}
 }
 

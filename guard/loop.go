@@ -253,6 +253,13 @@ const (
 	// keep their own cadence, as the kubelet's one eviction per monitoring
 	// interval; a memory signal does not wait)
 	evictionSpacing = time.Second
+	// memoryEvictionSpacing: the same on a memory signal. Short, as the
+	// race measured a second runaway lost to the OOM killer waiting out
+	// the second; not zero, so that pressure that evictions do not relieve
+	// (memory held outside the pods, a dead victim's page cache not yet
+	// reclaimed) evicts at most ten pods a second, each after a fresh
+	// sample, not one per stop.
+	memoryEvictionSpacing = 100 * time.Millisecond
 )
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
@@ -282,16 +289,16 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		l.cutGrace()
 		return
 	}
-	if why != "tick" && why != "manual" && l.now().Sub(l.lastEvicted) < evictionSpacing {
+	if since := l.now().Sub(l.lastEvicted); why != "tick" && why != "manual" && since < evictionSpacing {
 		// The quick passes (triggers, follow-ups, fast polls) start the
 		// next eviction no sooner than evictionSpacing after the last
 		// settled, as a PSI average still holds the stall the victim
 		// caused; a memory signal met in a sample taken after the victim's
 		// stop returned (its processes are gone, their memory uncharged)
-		// is now, and waits for nothing: a second runaway must not get a
-		// second to reach the OOM killer.
+		// is now, and waits only memoryEvictionSpacing: a second runaway
+		// must not get a second to reach the OOM killer.
 		l.ev.Observe()
-		if m, ok := l.ev.(memoryMet); !ok || !m.MemoryThresholdMet() {
+		if m, ok := l.ev.(memoryMet); !ok || since < memoryEvictionSpacing || !m.MemoryThresholdMet() {
 			return
 		}
 	}
