@@ -59,6 +59,16 @@ func newGuardProc(t *testing.T, env runtimeEnv, extra ...string) *guardProc {
 // start runs cri-guard and waits until it answers Version (it serves only
 // after Restore).
 func (gp *guardProc) start() {
+	gp.t.Helper()
+	if err := gp.startWithin(30 * time.Second); err != nil {
+		gp.t.Fatalf("cri-guard %v", err)
+	}
+}
+
+// startWithin is start with a bound and an error instead of a failure, for
+// a cri-guard that may never listen; the error ends with its log's tail.
+// The process runs until the test's cleanup either way.
+func (gp *guardProc) startWithin(bound time.Duration) error {
 	t := gp.t
 	t.Helper()
 	gp.starts++
@@ -79,23 +89,23 @@ func (gp *guardProc) start() {
 	conn := dialSocket(t, gp.socket)
 	defer conn.Close()
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(bound)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case werr := <-g.done:
 			g.done <- werr
 			gp.cur = nil
-			t.Fatalf("cri-guard exited at start-up: %v\n%s", werr, g.logTail())
+			return fmt.Errorf("exited at start-up: %v\n%s", werr, g.logTail())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cri-guard not answering Version after 30s: %v\n%s", err, g.logTail())
+			return fmt.Errorf("not answering Version %v after its start (it does not listen): %v\n%s", bound, err, g.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

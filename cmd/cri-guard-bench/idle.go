@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -36,41 +34,24 @@ type idleOptions struct {
 // that each arms what it would on a node (memcg notification, fast poll's
 // watch), and their CPU time over the same interval; it returns the exit
 // code.
-func idleMain(args []string) int {
+func idleMain(args []string) int { return subcommand("idle", args, parseIdleFlags, idle) }
+
+func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	o := idleOptions{}
 	fs := flag.NewFlagSet("cri-guard-bench idle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.StringVar(&o.RuntimeEndpoint, "runtime-endpoint", config.DefaultRuntimeEndpoint, "containerd's CRI socket")
 	fs.StringVar(&o.Binary, "cri-guard-binary", "bin/cri-guard", "the cri-guard binary measured")
 	fs.StringVar(&o.CgroupRoot, "cgroup-parent-root", "/cri-guard-rt-pods", "the pods cgroup is <root>/idle-<pid>")
 	modes := fs.String("modes", "default,psi", "race modes measured side by side (psi: the previous release's default)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "how long CPU time is measured")
 	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after start-up before measuring")
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	if err := fs.Parse(args); err != nil {
+		return o, err
 	}
-	if err == nil {
-		for _, m := range strings.Split(*modes, ",") {
-			if _, ok := raceModes[strings.TrimSpace(m)]; !ok {
-				err = fmt.Errorf("--modes: unknown mode %q (known: %s)", m, strings.Join(raceModeNames(), ", "))
-				break
-			}
-			o.Modes = append(o.Modes, strings.TrimSpace(m))
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cri-guard-bench idle: %v\n", err)
-		return 2
-	}
-	log := logrus.New()
-	log.SetOutput(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := idle(ctx, o, log.WithField("component", "idle"), os.Stdout); err != nil {
-		log.WithError(err).Error("idle failed")
-		return 1
-	}
-	return 0
+	var err error
+	o.Modes, err = parseModes(*modes)
+	return o, err
 }
 
 func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) (err error) {

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,12 +98,9 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 		}
 		o.Rates = append(o.Rates, r)
 	}
-	for _, m := range strings.Split(*modes, ",") {
-		m = strings.TrimSpace(m)
-		if _, ok := raceModes[m]; !ok {
-			return o, fmt.Errorf("--modes: unknown mode %q (known: %s)", m, strings.Join(raceModeNames(), ", "))
-		}
-		o.Modes = append(o.Modes, m)
+	var err error
+	if o.Modes, err = parseModes(*modes); err != nil {
+		return o, err
 	}
 	for _, q := range []struct {
 		name string
@@ -123,13 +122,20 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	return o, nil
 }
 
-func raceModeNames() []string {
-	var names []string
-	for n := range raceModes {
-		names = append(names, n)
+// parseModes parses --modes, a comma-separated list of race modes.
+func parseModes(s string) ([]string, error) {
+	var out []string
+	for _, m := range strings.Split(s, ",") {
+		m = strings.TrimSpace(m)
+		if _, ok := raceModes[m]; !ok {
+			return nil, fmt.Errorf("--modes: unknown mode %q (known: %s)", m, strings.Join(raceModeNames(), ", "))
+		}
+		out = append(out, m)
 	}
-	return names
+	return out, nil
 }
+
+func raceModeNames() []string { return slices.Sorted(maps.Keys(raceModes)) }
 
 // role names the pods of a race.
 const (
@@ -740,21 +746,25 @@ func decisionTime(log, podName string) (time.Time, bool) {
 }
 
 // raceMain is `cri-guard-bench race`; it returns the exit code.
-func raceMain(args []string) int {
-	o, err := parseRaceFlags(args, os.Stderr)
+func raceMain(args []string) int { return subcommand("race", args, parseRaceFlags, race) }
+
+// subcommand runs a subcommand of cri-guard-bench: its flags (exit code 2
+// when bad), then run until it ends or SIGTERM/SIGINT (1 when it fails).
+func subcommand[O any](name string, args []string, parse func([]string, io.Writer) (O, error), run func(context.Context, O, *logrus.Entry, io.Writer) error) int {
+	o, err := parse(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cri-guard-bench race: %v\n", err)
+		fmt.Fprintf(os.Stderr, "cri-guard-bench %s: %v\n", name, err)
 		return 2
 	}
 	log := logrus.New()
 	log.SetOutput(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := race(ctx, o, log.WithField("component", "race"), os.Stdout); err != nil {
-		log.WithError(err).Error("race failed")
+	if err := run(ctx, o, log.WithField("component", name), os.Stdout); err != nil {
+		log.WithError(err).Error(name + " failed")
 		return 1
 	}
 	return 0
