@@ -12,6 +12,16 @@
 // Without CRI_GUARD_RT (or without its containerd socket) every test skips
 // and says why. The package builds the cri-guard binary and reads its checkpoints (checkpoint, pod): it tests the binary.
 //
+// The TestHostile* tests are issue 17's hostile host, one per item against
+// the real containerd (items 1 and 2, floods, are measured in
+// integration/hostile): a FIFO at meminfo (3), SIGHUP and the pressure
+// history (4), a full state disk and the re-admission guard (5), sandbox
+// configs larger than a list answer may be (6), a full state disk and
+// critical pods (8), forged and untrusted state (7), broken stats files
+// (9), bad uids, failing and cut RunPodSandbox calls (10). Each was seen
+// failing on the code before the fixes: CRI_GUARD_BIN=<older build> runs
+// the package against another binary.
+//
 // The TestCluster* tests run on the one-node Kubernetes of
 // scripts/cluster.sh (control plane, a registered kubelet, cri-guard in front
 // of the harness containerd) and drive it with kubectl; they skip unless
