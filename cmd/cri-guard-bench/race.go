@@ -251,6 +251,7 @@ func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, ooms
 	defer gconn.Close()
 	r := &racer{o: o, mode: mode, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
 		guardLog: filepath.Join(dir, "cri-guard.log"), ooms: ooms, log: log}
+	r.killsSeen, r.gapsSeen = ooms.count()
 	if err := r.waitServing(ctx); err != nil {
 		return nil, err
 	}
@@ -280,6 +281,8 @@ type racer struct {
 	dir, runID string
 	guardLog   string
 	ooms       *oomWatch
+	killsSeen  int // the OOM kills seen when the last run ended
+	gapsSeen   int // and the gaps in the kernel log
 	log        *logrus.Entry
 	bystanders []*racePod
 	seq        int
@@ -485,7 +488,9 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	if err != nil {
 		return fail(err)
 	}
-	kills0 := r.ooms.count()
+	// kills since the last run's end: one during the set-up counts too
+	kills0, gaps0 := r.killsSeen, r.gapsSeen
+	defer func() { r.killsSeen, r.gapsSeen = r.ooms.count() }()
 	logOffset := fileSize(r.guardLog)
 	r.dom.resetPeak()
 	args := []string{"-anon", "-prefill", strconv.FormatInt(prefill>>20, 10), "-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-size", "0"}
@@ -497,7 +502,6 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	}
 	start := time.Now()
 	var crossedAt, stoppedAt time.Time
-	var stoppedMono time.Duration
 	var trace []sample
 	var peakWS int64
 	limit := r.o.Domain - r.o.Threshold // working set at which the threshold is met
@@ -517,7 +521,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 				crossedAt = now
 			}
 		}
-		if ks, _ := r.ooms.in(kills0, r.dom.group); len(ks) > 0 {
+		if ks, _ := r.ooms.in(kills0, gaps0, r.dom.group); len(ks) > 0 {
 			res.outcome = outcomeOOM
 			break
 		}
@@ -529,7 +533,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 			nextStatus = now.Add(10 * time.Millisecond)
 			if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil &&
 				st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
-				stoppedAt, stoppedMono = now, monotonicNow()
+				stoppedAt = now
 				res.outcome = outcomeWon
 				break
 			}
@@ -540,18 +544,17 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	// an OOM kill may have come between two samples: the kernel log says
-	// when, and whom it took
+	// an OOM kill may have come between two samples, or during the stop:
+	// any kill in the domain loses the run (the OOM killer acted), and the
+	// kernel log says whom it took
 	time.Sleep(50 * time.Millisecond)
-	ks, err := r.ooms.in(kills0, r.dom.group)
-	if err != nil {
-		res.err = err.Error()
-	}
+	ks, err := r.ooms.in(kills0, gaps0, r.dom.group)
 	for _, k := range ks {
-		if stoppedMono == 0 || k.at <= stoppedMono {
-			res.outcome = outcomeOOM
-			res.killed = append(res.killed, r.roleOf(k.taskMemcg, p)+"("+k.task+")")
-		}
+		res.outcome = outcomeOOM
+		res.killed = append(res.killed, r.roleOf(k.taskMemcg, p)+"("+k.task+")")
+	}
+	if err != nil { // the follower stopped or missed records: nothing is known
+		res.outcome, res.err = outcomeError, err.Error()
 	}
 	if oom1, err := r.oomCounts(); err == nil {
 		for role, n := range oom1 {

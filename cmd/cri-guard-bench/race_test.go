@@ -138,3 +138,25 @@ func TestOOMWatchCloses(t *testing.T) {
 		t.Fatal("close did not end the kernel log follower")
 	}
 }
+
+// TestOOMWatchIn: kills are taken from the n-th on, in the group only, and a
+// gap in the kernel log since the run began makes the run unknowable.
+func TestOOMWatchIn(t *testing.T) {
+	w := &oomWatch{kills: []oomKill{
+		{taskMemcg: "/d/kubepods/pod1/c", task: "old"},
+		{taskMemcg: "/other/pod2/c", task: "elsewhere"},
+		{taskMemcg: "/d/kubepods/pod3/c", task: "memhog"},
+		{taskMemcg: "/dx/pod4/c", task: "prefix-only"},
+	}}
+	ks, err := w.in(1, 0, "/d")
+	if err != nil || len(ks) != 1 || ks[0].task != "memhog" {
+		t.Fatalf("in(1, 0, /d) = %+v, %v; want the memhog kill alone", ks, err)
+	}
+	w.lost = 1
+	if _, err := w.in(1, 0, "/d"); err == nil {
+		t.Fatal("a gap in the kernel log during the run was not reported")
+	}
+	if _, err := w.in(1, 1, "/d"); err != nil {
+		t.Fatalf("a gap before the run failed it: %v", err)
+	}
+}

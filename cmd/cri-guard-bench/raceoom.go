@@ -16,7 +16,7 @@ import (
 // oomKill is one OOM kill the kernel logged ("oom-kill:" line of
 // /dev/kmsg, printed by dump_oom_summary for every kill).
 type oomKill struct {
-	// at is the kernel's timestamp of the record, on CLOCK_MONOTONIC.
+	// at is the kernel's timestamp of the record (since boot).
 	at time.Duration
 	// memcg is the cgroup whose limit was hit (oom_memcg); taskMemcg the
 	// victim's own cgroup. Both are paths in the memory hierarchy.
@@ -36,6 +36,7 @@ type oomWatch struct {
 	f      *os.File
 	mu     sync.Mutex
 	kills  []oomKill
+	lost   int // times records were overwritten before they were read
 	err    error
 	closed chan struct{}
 }
@@ -62,13 +63,18 @@ func (w *oomWatch) follow() {
 	buf := make([]byte, 8192) // one record per read
 	for {
 		n, err := w.f.Read(buf)
-		if errors.Is(err, unix.EPIPE) { // records overwritten before we read them
+		if errors.Is(err, unix.EPIPE) {
+			// records overwritten before they were read: a kill may be
+			// among them, so every run from here on is in doubt
+			w.mu.Lock()
+			w.lost++
+			w.mu.Unlock()
 			continue
 		}
 		if err != nil {
 			w.mu.Lock()
 			if !errors.Is(err, os.ErrClosed) {
-				w.err = err
+				w.err = fmt.Errorf("follow the kernel log: %w", err)
 			}
 			w.mu.Unlock()
 			return
@@ -116,18 +122,23 @@ func parseKmsgOOM(rec string) (oomKill, bool) {
 	return k, k.taskMemcg != ""
 }
 
-// count is the number of kills seen so far.
-func (w *oomWatch) count() int {
+// count is the number of kills seen so far, and of gaps (records
+// overwritten before they were read).
+func (w *oomWatch) count() (kills, gaps int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.kills)
+	return len(w.kills), w.lost
 }
 
 // in returns the kills after the first n whose victim was in group (a
-// cgroup path, e.g. the domain's) or below it, and the watch's error.
-func (w *oomWatch) in(n int, group string) ([]oomKill, error) {
+// cgroup path, e.g. the domain's) or below it, and the watch's error, or a
+// gap in the records after the first gaps.
+func (w *oomWatch) in(n, gaps int, group string) ([]oomKill, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.err == nil && w.lost > gaps {
+		return nil, errors.New("kernel log records were overwritten before they were read: an OOM kill may be among them")
+	}
 	var out []oomKill
 	for _, k := range w.kills[min(n, len(w.kills)):] {
 		if k.taskMemcg == group || strings.HasPrefix(k.taskMemcg, group+"/") {
@@ -140,14 +151,4 @@ func (w *oomWatch) in(n int, group string) ([]oomKill, error) {
 func (w *oomWatch) close() {
 	w.f.Close()
 	<-w.closed
-}
-
-// monotonicNow is CLOCK_MONOTONIC, the clock of the kernel log's
-// timestamps.
-func monotonicNow() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return time.Duration(ts.Nano())
 }
