@@ -337,6 +337,13 @@ func (m *Manager) EvictionFailed(e *Eviction, err error) {
 	m.decide(Decision{Time: m.now(), Kind: KindEvictFailed, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: err.Error()})
 }
 
+// GraceCut records that e's grace period is cut short (the sync loop
+// kills its pod at once) because of what MemoryCritical observed.
+func (m *Manager) GraceCut(e *Eviction, observed string) {
+	m.log.WithFields(evictionFields(e)).WithField("observed", observed).Warn("memory critical during the eviction's grace period: killing the pod now")
+	m.decide(Decision{Time: m.now(), Kind: KindGraceCut, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: "grace period cut short: " + observed})
+}
+
 func evictionFields(e *Eviction) logrus.Fields {
 	p := e.Pod
 	return logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID,

@@ -38,7 +38,7 @@ func (m *Manager) NearThreshold(margin int64) bool {
 // signal (memory.available, allocatableMemory.available): an observation
 // of now, unlike a PSI average, which still holds a stall for seconds
 // after its cause is gone. The sync loop lets a quick pass start the next
-// eviction right after the last one settled when this is true.
+// eviction 100 ms after the last one settled, not 1 s, when this is true.
 func (m *Manager) MemoryThresholdMet() bool {
 	if m.statsErr != nil {
 		return false

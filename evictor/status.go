@@ -19,8 +19,11 @@ const (
 	KindEvict       Kind = "evict"
 	KindDryRun      Kind = "dry-run-evict"
 	KindEvictFailed Kind = "evict-failed"
-	KindUnable      Kind = "unable-to-evict"
-	KindStatsError  Kind = "stats-error"
+	// KindGraceCut: the eviction under way had its grace period cut short,
+	// a memory signal being under half of a hard threshold.
+	KindGraceCut   Kind = "grace-cut"
+	KindUnable     Kind = "unable-to-evict"
+	KindStatsError Kind = "stats-error"
 )
 
 // PodRef names a pod in a decision.

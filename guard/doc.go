@@ -15,11 +15,11 @@
 //     guard and marks the record; a failed or timed-out stop leaves the pod
 //     ready and ranked for the next pass. One eviction at a time; quick
 //     passes (PSI trigger and follow-ups, memcg notification, fast poll)
-//     start the next at once when a memory signal is still met in a sample
-//     after the last settled, and 1 s after it on a PSI average alone. A
-//     sample during the grace period with a memory signal under half of a
-//     hard threshold cuts it short: the victim's sandbox is stopped at once
-//     (fastpath.go, evict.go cutGrace).
+//     start the next 100 ms after the last settled when a memory signal is
+//     still met in a fresh sample, and 1 s after it on a PSI average alone
+//     or after a failed stop. A sample during the grace period with a
+//     memory signal under half of a hard threshold cuts it short: the
+//     victim's containers are killed at once (evict.go cutGrace).
 //   - StopPodSandbox/RemovePodSandbox through cri-guard, runtime events and
 //     housekeeping resyncs update or drop records on the loop.
 //

@@ -50,16 +50,17 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	}()
 }
 
-// cutGrace stops the victim's sandbox at once, without waiting for the
-// grace period its containers were given, when a memory signal is below
-// half of a hard threshold during an eviction (loop goroutine; once per
-// eviction). The kubelet gives a hard eviction 1 s (2 s per container at
-// least): a runaway that ignores SIGTERM grows all that time, and at a few
-// hundred MB/s the kernel's OOM killer ends the race first, killing
-// whatever scores highest, a bystander as likely as the victim. Killing the
-// victim already chosen is never worse. StopPodSandbox kills the sandbox's
-// containers without a grace period (containerd's stopContainer with
-// timeout 0); the eviction's own stop returns once they are gone.
+// cutGrace kills the victim's containers at once (StopContainer with no
+// grace period), without waiting for the grace period they were given,
+// when a memory signal is below half of a hard threshold during an
+// eviction (loop goroutine; once per eviction; soft evictions included:
+// the node is a moment from OOM either way). The kubelet gives a hard
+// eviction 1 s (2 s per container at least): a runaway that ignores
+// SIGTERM grows all that time, and at a few hundred MB/s the kernel's OOM
+// killer ends the race first, killing whatever scores highest, a bystander
+// as likely as the victim. Killing the victim already chosen is never
+// worse. The eviction's own stop returns once the containers are gone and
+// stops the sandbox as usual.
 func (l *Loop) cutGrace() {
 	c, ok := l.ev.(memoryCritical)
 	if l.graceCut || l.victimID == "" || !ok {
@@ -70,13 +71,19 @@ func (l *Loop) cutGrace() {
 		return
 	}
 	l.graceCut = true
+	c.GraceCut(l.evicting, why)
 	id, fields := l.victimID, podFields(l.evicting.Pod)
-	l.log.WithFields(fields).WithField("observed", why).Warn("memory critical during the eviction's grace period: killing the pod now")
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
 		defer cancel()
-		if err := l.rt.StopPodSandbox(ctx, id); err != nil {
-			l.log.WithFields(fields).WithError(err).Warn("kill of the evicted pod failed; its stop goes on")
+		ctrs, err := l.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: id})
+		for _, ct := range ctrs {
+			if ct.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
+				err = errors.Join(err, l.rt.StopContainer(ctx, ct.GetId(), 0))
+			}
+		}
+		if err != nil {
+			l.log.WithFields(fields).WithError(err).Warn("kill of the evicted pod's containers failed; its stop goes on")
 		}
 	}()
 }
@@ -88,7 +95,7 @@ func (l *Loop) cutGrace() {
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
 	l.evicting, l.victimID = nil, ""
-	l.lastEvicted = l.now()
+	l.lastEvicted, l.lastFailed = l.now(), err != nil
 	if err != nil {
 		l.ev.EvictionFailed(e, err)
 		return

@@ -388,7 +388,8 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 // TestGraceCutShortWhenMemoryCritical: while the victim's containers are
 // in their grace period (ignoring SIGTERM), a sample with memory.available
 // under half of the hard threshold kills the sandbox at once
-// (StopPodSandbox), once; above half, the grace period runs.
+// (StopContainer with no grace), once, and recorded; above half, the grace
+// period runs.
 func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
@@ -401,7 +402,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1") }
+	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ",")+",", "StopContainer c-s1 0,") }
 	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
 	pass("tick")
 	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
@@ -416,10 +417,19 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	pass("fast-poll")
 	close(rt.ctrHang) // the kill ended the container
 	h.settled(t)
-	if n := kills(); n != 2 { // the kill, then the eviction's own StopPodSandbox
-		t.Fatalf("StopPodSandbox s1 calls = %d, want the kill once and the eviction's own: %v", n, rt.Calls())
+	if n := kills(); n != 1 {
+		t.Fatalf("StopContainer c-s1 0 calls = %d, want the kill once: %v", n, rt.Calls())
 	}
-	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
-		t.Fatalf("decisions = %v, want one eviction", got)
+	if n := strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1"); n != 1 {
+		t.Fatalf("StopPodSandbox s1 calls = %d, want the eviction's own only: %v", n, rt.Calls())
+	}
+	var kinds []evictor.Kind
+	for _, d := range h.ev.Snapshot().Decisions {
+		if d.Kind == evictor.KindEvict || d.Kind == evictor.KindGraceCut {
+			kinds = append(kinds, d.Kind)
+		}
+	}
+	if !slices.Equal(kinds, []evictor.Kind{evictor.KindGraceCut, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want the grace cut, then the eviction", kinds)
 	}
 }

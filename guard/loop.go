@@ -118,6 +118,7 @@ type Loop struct {
 	victimID    string              // the sandbox of the eviction under way
 	graceCut    bool                // its grace period was cut short
 	passErr     string              // the error of the last eviction pass, if it failed
+	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
 	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
 	closeOnce   sync.Once
 	done        chan struct{}
@@ -229,10 +230,19 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 // memoryCritical is what the loop asks of the evictor (evictor.Manager)
-// to cut an eviction's grace period short.
+// to cut an eviction's grace period short, and to record it.
 type memoryCritical interface {
 	MemoryCritical() (string, bool)
+	GraceCut(e *evictor.Eviction, observed string)
 }
+
+// The evictor's optional methods: a drift in their signatures would turn
+// the fast paths off silently.
+var (
+	_ memoryCritical = (*evictor.Manager)(nil)
+	_ memoryMet      = (*evictor.Manager)(nil)
+	_ nearer         = (*evictor.Manager)(nil)
+)
 
 // memoryMet is what the loop asks of the evictor (evictor.Manager) to
 // evict again within evictionSpacing.
@@ -251,7 +261,7 @@ const (
 	// evictionSpacing: the least time between an eviction and the next one
 	// started by a quick pass on a PSI threshold alone (housekeeping ticks
 	// keep their own cadence, as the kubelet's one eviction per monitoring
-	// interval; a memory signal does not wait)
+	// interval; a memory signal waits memoryEvictionSpacing)
 	evictionSpacing = time.Second
 	// memoryEvictionSpacing: the same on a memory signal. Short, as the
 	// race measured a second runaway lost to the OOM killer waiting out
@@ -298,7 +308,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		// is now, and waits only memoryEvictionSpacing: a second runaway
 		// must not get a second to reach the OOM killer.
 		l.ev.Observe()
-		if m, ok := l.ev.(memoryMet); !ok || since < memoryEvictionSpacing || !m.MemoryThresholdMet() {
+		if m, ok := l.ev.(memoryMet); !ok || l.lastFailed || since < memoryEvictionSpacing || !m.MemoryThresholdMet() {
 			return
 		}
 	}

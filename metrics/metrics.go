@@ -25,6 +25,7 @@ type Metrics struct {
 	evictions     *prometheus.CounterVec
 	dryRun        *prometheus.CounterVec
 	evictFailures *prometheus.CounterVec
+	graceCuts     *prometheus.CounterVec
 	unable        *prometheus.CounterVec
 	statsErrors   prometheus.Counter
 	checkpointOps *prometheus.CounterVec
@@ -68,6 +69,10 @@ func New() *Metrics {
 			Namespace: Namespace, Name: "eviction_failures_total",
 			Help: "Evictions that failed to stop the pod, by signal.",
 		}, []string{"signal"}),
+		graceCuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "eviction_grace_cuts_total",
+			Help: "Evictions whose grace period was cut short (pod killed at once) with a memory signal under half of a hard threshold, by the evicting signal.",
+		}, []string{"signal"}),
 		unable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "eviction_unable_total",
 			Help: "Eviction passes with a threshold met but no evictable pod, by signal.",
@@ -86,7 +91,7 @@ func New() *Metrics {
 		}, []string{"op", "result"}),
 	}
 	m.reg.MustRegister(m.criDuration, m.criErrors, m.admissions, m.evictions, m.dryRun,
-		m.evictFailures, m.unable, m.statsErrors, m.checkpointOps, m.apiWrites,
+		m.evictFailures, m.graceCuts, m.unable, m.statsErrors, m.checkpointOps, m.apiWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, op := range []string{opPut, opList, opDelete} {
 		for _, r := range []string{resultOK, resultError} {
@@ -132,6 +137,8 @@ func (m *Metrics) Decided(d evictor.Decision) {
 		m.dryRun.WithLabelValues(d.Signal).Inc()
 	case evictor.KindEvictFailed:
 		m.evictFailures.WithLabelValues(d.Signal).Inc()
+	case evictor.KindGraceCut:
+		m.graceCuts.WithLabelValues(d.Signal).Inc()
 	case evictor.KindUnable:
 		m.unable.WithLabelValues(d.Signal).Inc()
 	case evictor.KindStatsError:
