@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
+
+	"github.com/cri-guard/cri-guard/pod"
 )
 
 // QuarantineDir is the subdirectory corrupt checkpoint files are moved to.
@@ -144,37 +147,56 @@ func (s *Store) Put(r Record) error {
 	return nil
 }
 
-// maxKeptValue is the largest label or annotation value a record keeps
-// when the whole would exceed MaxRecordSize.
-const maxKeptValue = 4 << 10
+// keptAnnotations are never left out of a record: what the critical rules
+// classify a pod by, should restore have only the record to go by.
+var keptAnnotations = []string{pod.AnnotationConfigSource, pod.AnnotationConfigMirror, pod.AnnotationCriticalPod,
+	pod.DefaultPriorityAnnotation, pod.AnnotationTerminationGracePeriod}
 
-// fit encodes r within MaxRecordSize: first without the labels and
-// annotations whose value is over maxKeptValue, then without any.
+// fit encodes r within MaxRecordSize by leaving out its largest labels and
+// annotations first, never keptAnnotations.
 func (s *Store) fit(r Record) ([]byte, error) {
-	small := func(m map[string]string) map[string]string {
-		out := make(map[string]string, len(m))
-		for k, v := range m {
-			if len(k)+len(v) <= maxKeptValue {
-				out[k] = v
-			}
-		}
-		return out
+	type entry struct {
+		label bool
+		key   string
+		size  int
 	}
+	var entries []entry
+	for k, v := range r.Pod.Labels {
+		entries = append(entries, entry{true, k, len(k) + len(v)})
+	}
+	for k, v := range r.Pod.Annotations {
+		if !slices.Contains(keptAnnotations, k) {
+			entries = append(entries, entry{false, k, len(k) + len(v)})
+		}
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return b.size - a.size })
 	trimmed := r
-	trimmed.Pod.Labels, trimmed.Pod.Annotations = small(r.Pod.Labels), small(r.Pod.Annotations)
+	trimmed.Pod.Labels, trimmed.Pod.Annotations = maps.Clone(r.Pod.Labels), maps.Clone(r.Pod.Annotations)
 	data, err := encode(trimmed)
-	if err == nil && len(data) > MaxRecordSize {
-		trimmed.Pod.Labels, trimmed.Pod.Annotations = nil, nil
+	dropped := 0
+	for err == nil && len(data) > MaxRecordSize && dropped < len(entries) {
+		// drop the largest entries worth the excess (JSON escaping can
+		// make an entry take more room than its bytes), then measure again
+		excess := len(data) - MaxRecordSize
+		for freed := 0; freed < excess && dropped < len(entries); dropped++ {
+			e := entries[dropped]
+			if e.label {
+				delete(trimmed.Pod.Labels, e.key)
+			} else {
+				delete(trimmed.Pod.Annotations, e.key)
+			}
+			freed += e.size
+		}
 		data, err = encode(trimmed)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if len(data) > MaxRecordSize {
-		return nil, fmt.Errorf("put checkpoint %q: %d bytes without labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), MaxRecordSize)
+		return nil, fmt.Errorf("put checkpoint %q: %d bytes without its labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), MaxRecordSize)
 	}
-	s.log.WithField("pod", r.Pod.Key()).WithField("labels", len(trimmed.Pod.Labels)).WithField("annotations", len(trimmed.Pod.Annotations)).
-		Warn("checkpoint record over the size limit: large labels and annotations left out (restore takes them from containerd)")
+	s.log.WithField("pod_uid", r.Pod.UID).WithField("left_out", dropped).
+		Warn("checkpoint record over the size limit: its largest labels and annotations left out (restore takes them from containerd)")
 	return data, nil
 }
 

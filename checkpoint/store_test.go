@@ -416,3 +416,38 @@ func TestPutFitsHugeConfigs(t *testing.T) {
 		t.Fatalf("record read back: annotations %d (config.source %q), critical %v static %v", len(got.Annotations), got.Annotations[pod.AnnotationConfigSource], got.Critical, got.Static)
 	}
 }
+
+// TestPutFitsManySmallEntries: labels and annotations each small but over
+// MaxRecordSize together: the largest are left out, the ones the critical
+// rules classify by are kept.
+func TestPutFitsManySmallEntries(t *testing.T) {
+	s, err := New(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ann := map[string]string{pod.AnnotationConfigSource: "file", pod.DefaultPriorityAnnotation: "2000000000"}
+	labels := map[string]string{}
+	for i := range 600 {
+		ann[fmt.Sprintf("a%04d", i)] = strings.Repeat("y", 2000+i)
+		labels[fmt.Sprintf("l%04d", i)] = strings.Repeat("z", 1000)
+	}
+	p := pod.Pod{UID: "many", Name: "many", Namespace: "ns", Labels: labels, Annotations: ann}
+	if err := s.Put(Record{Pod: p, State: pod.StateReady, SandboxID: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records = %d (%v), want the pod's", len(recs), err)
+	}
+	got := recs[0].Pod
+	if got.Annotations[pod.AnnotationConfigSource] != "file" || got.Annotations[pod.DefaultPriorityAnnotation] != "2000000000" {
+		t.Fatalf("classifying annotations lost: %q, %q", got.Annotations[pod.AnnotationConfigSource], got.Annotations[pod.DefaultPriorityAnnotation])
+	}
+	if _, ok := got.Annotations["a0599"]; ok {
+		t.Fatal("the largest annotation was kept")
+	}
+	if len(got.Annotations)+len(got.Labels) < 300 {
+		t.Fatalf("only %d labels and annotations kept: more were left out than needed", len(got.Annotations)+len(got.Labels))
+	}
+}
