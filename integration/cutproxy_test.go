@@ -26,6 +26,7 @@ type cutProxy struct {
 	marker []byte        // armed while non-nil
 	cut    chan struct{} // closed when the armed connection is cut
 	conns  []*proxyConn
+	closed bool // the cleanup has closed conns
 }
 
 type proxyConn struct {
@@ -54,6 +55,12 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 			}
 			c := &proxyConn{down: down, up: up}
 			p.mu.Lock()
+			if p.closed { // accepted as the cleanup closed the others
+				p.mu.Unlock()
+				down.Close()
+				up.Close()
+				return
+			}
 			p.conns = append(p.conns, c)
 			p.mu.Unlock()
 			p.wg.Go(func() { p.toRuntime(c) })
@@ -63,6 +70,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	t.Cleanup(func() {
 		ln.Close()
 		p.mu.Lock()
+		p.closed = true
 		for _, c := range p.conns {
 			c.down.Close()
 			c.up.Close()

@@ -294,7 +294,11 @@ func TestHostileStatsFIFO(t *testing.T) {
 
 	meminfo := filepath.Join(stats.proc, "meminfo")
 	replaceWithFIFO(t, meminfo)
-	time.Sleep(time.Second) // four housekeeping passes on the FIFO
+	// a pass on the FIFO (bounded: the old build's status never shows it)
+	waitUntil(hostileBound, func() (bool, string) {
+		st, err := h.status()
+		return err == nil && st.StatsError != "", ""
+	})
 
 	uid := newUID(t)
 	id, took, err := h.runPod(t, hostilePod("fifo", uid))
@@ -391,7 +395,15 @@ evictionPressureTransitionPeriod: 30s
 		}); !ok {
 			t.Fatalf("SIGHUP not reloaded within %s\n%s", hostileBound, h.logTail())
 		}
-		time.Sleep(500 * time.Millisecond) // two passes after the reload
+		// two samples after the reload (a sleep might not hold two passes
+		// on a loaded machine)
+		reloaded := time.Now()
+		if note, ok := waitUntil(hostileBound, func() (bool, string) {
+			st, err := h.status()
+			return err == nil && st.SampledAt.After(reloaded.Add(300*time.Millisecond)), fmt.Sprintf("sampled at %s, %v", st.SampledAt, err)
+		}); !ok {
+			t.Fatalf("no sample within %s of the reload: %s", hostileBound, note)
+		}
 		st := h.mustStatus(t)
 		if !slices.Contains(st.Conditions, "MemoryPressure") {
 			t.Errorf("item 4: MemoryPressure dropped by a SIGHUP with the file unchanged, within its 30s transition period: conditions %v", st.Conditions)
@@ -568,7 +580,16 @@ evictionPressureTransitionPeriod: 30s
 		t.Fatalf("metrics: %v", err)
 	}
 	stamp, _ := metric(page, "cri_guard_last_sample_timestamp_seconds", "")
-	time.Sleep(time.Second) // four failed passes
+	failed, _ := metric(page, "cri_guard_stats_errors_total", "")
+	// four failed samples, counted (a sleep might not hold four passes on a
+	// loaded machine, and the checks below are of what did not change)
+	if note, ok := waitUntil(hostileBound, func() (bool, string) {
+		pg, err := h.scrape()
+		n, _ := metric(pg, "cri_guard_stats_errors_total", "")
+		return err == nil && n >= failed+4, fmt.Sprintf("stats errors %v (was %v), %v", n, failed, err)
+	}); !ok {
+		t.Errorf("item 9: meminfo removed, failed samples not counted: %s", note)
+	}
 	st2 := h.mustStatus(t)
 	page2, err := h.scrape()
 	if err != nil {
