@@ -50,6 +50,7 @@ test:
 	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
+	$(MAKE) --no-print-directory build || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
 	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \
