@@ -3,10 +3,8 @@
 package integration
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -292,14 +290,9 @@ func TestClusterAPIOutage(t *testing.T) {
 // guardStatusJSON is `cri-guard status --json` of the cluster's cri-guard.
 func (c *cluster) guardStatusJSON(t *testing.T) admin.Status {
 	t.Helper()
-	out, err := exec.Command(filepath.Join(c.dir, "bin", "cri-guard"), "status", "--json", "--admin",
-		filepath.Join(c.dir, "cri-guard", "admin.sock")).Output()
+	st, err := statusOf(filepath.Join(c.dir, "bin", "cri-guard"), filepath.Join(c.dir, "cri-guard", "admin.sock"))
 	if err != nil {
-		t.Fatalf("cri-guard status --json: %v", err)
-	}
-	var st admin.Status
-	if err := json.Unmarshal(out, &st); err != nil {
-		t.Fatalf("cri-guard status --json: %v", err)
+		t.Fatal(err)
 	}
 	return st
 }

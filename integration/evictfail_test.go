@@ -3,8 +3,6 @@
 package integration
 
 import (
-	"encoding/json"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -54,13 +52,9 @@ adminSocket: `+adminSocket+`
 		return int(v)
 	}
 	status := func() admin.Status {
-		out, err := exec.Command(guardBin, "status", "--admin", adminSocket, "--json").Output()
+		st, err := statusOf(guardBin, adminSocket)
 		if err != nil {
-			t.Fatalf("cri-guard status: %v", err)
-		}
-		var st admin.Status
-		if err := json.Unmarshal(out, &st); err != nil {
-			t.Fatalf("cri-guard status --json: %v", err)
+			t.Fatal(err)
 		}
 		return st
 	}

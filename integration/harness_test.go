@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/admin"
 )
 
 // processLabel marks every pod this test process makes with processID, so that its
@@ -285,4 +287,23 @@ func rtScriptRun(t *testing.T, args ...string) {
 	if err != nil {
 		t.Fatalf("rt.sh %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// statusOf runs `cri-guard status --json` of binary bin on the admin
+// socket, bounded to 5 s (a status that hangs is an error, not a hung test).
+func statusOf(bin, socket string) (admin.Status, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var st admin.Status
+	out, err := exec.CommandContext(ctx, bin, "status", "--admin", socket, "--json").Output()
+	if ctx.Err() != nil {
+		return st, fmt.Errorf("cri-guard status: no answer within 5s")
+	}
+	if err != nil {
+		return st, fmt.Errorf("cri-guard status: %w", err)
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("cri-guard status --json: %w", err)
+	}
+	return st, nil
 }

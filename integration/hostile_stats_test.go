@@ -4,13 +4,11 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -126,22 +124,7 @@ func (h *hostileGuard) runPod(t *testing.T, cfg *runtimeapi.PodSandboxConfig) (s
 }
 
 // status runs `cri-guard status --json` on the admin socket, bounded.
-func (h *hostileGuard) status() (admin.Status, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var st admin.Status
-	out, err := exec.CommandContext(ctx, guardBin, "status", "--admin", h.admin, "--json").Output()
-	if ctx.Err() != nil {
-		return st, fmt.Errorf("cri-guard status: no answer within 5s")
-	}
-	if err != nil {
-		return st, fmt.Errorf("cri-guard status: %w", err)
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return st, fmt.Errorf("cri-guard status --json: %w", err)
-	}
-	return st, nil
-}
+func (h *hostileGuard) status() (admin.Status, error) { return statusOf(guardBin, h.admin) }
 
 // mustStatus is status that fails the test on an error.
 func (h *hostileGuard) mustStatus(t *testing.T) admin.Status {

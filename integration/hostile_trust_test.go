@@ -66,22 +66,8 @@ func TestHostileForgedState(t *testing.T) {
 		conn := dialSocket(t, gp.socket)
 		t.Cleanup(func() { conn.Close() })
 		rt := runtimeapi.NewRuntimeServiceClient(conn)
-		runp := func(name string, annotations map[string]string) string {
-			t.Helper()
-			uid := newUID(t)
-			pc := qosPodConfig(name+"-"+uid[:6], uid, "besteffort")
-			pc.Labels[runLabel] = run
-			pc.Annotations = annotations
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			resp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
-			if err != nil {
-				t.Fatalf("RunPodSandbox %s without pressure: %v", name, err)
-			}
-			return resp.PodSandboxId
-		}
-		best := runp("besteffort", nil)
-		critical := runp("static", map[string]string{pod.AnnotationConfigSource: "file"})
+		best := runBestEffort(t, rt, run, "besteffort", nil)
+		critical := runBestEffort(t, rt, run, "static", map[string]string{pod.AnnotationConfigSource: "file"})
 
 		gp.signal(syscall.SIGTERM)
 		forgeNotCritical(t, gp.stateDir, critical)

@@ -59,22 +59,8 @@ restoredPods: `+tt.restoredPods+"\n")
 			conn := dialSocket(t, gp.socket)
 			t.Cleanup(func() { conn.Close() })
 			rt := runtimeapi.NewRuntimeServiceClient(conn)
-			runp := func(name string, annotations map[string]string) string {
-				t.Helper()
-				uid := newUID(t)
-				pc := qosPodConfig(name+"-"+uid[:6], uid, "besteffort")
-				pc.Labels[runLabel] = run
-				pc.Annotations = annotations
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				resp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
-				if err != nil {
-					t.Fatalf("RunPodSandbox %s without pressure: %v", name, err)
-				}
-				return resp.PodSandboxId
-			}
-			best := runp("besteffort", nil)
-			critical := runp("critical", map[string]string{"kubernetes.io/config.source": "file"})
+			best := runBestEffort(t, rt, run, "besteffort", nil)
+			critical := runBestEffort(t, rt, run, "critical", map[string]string{"kubernetes.io/config.source": "file"})
 
 			gp.signal(syscall.SIGTERM)
 			if n := foreignReadySandboxes(t, env, run); n > 0 && tt.restoredPods == "enforce" {
@@ -147,4 +133,21 @@ func foreignReadySandboxes(t *testing.T, env runtimeEnv, run string) int {
 		}
 	}
 	return n
+}
+
+// runBestEffort runs a BestEffort pod of this run (runLabel) with the
+// annotations through rt, before any pressure, and returns its sandbox id.
+func runBestEffort(t *testing.T, rt runtimeapi.RuntimeServiceClient, run, name string, annotations map[string]string) string {
+	t.Helper()
+	uid := newUID(t)
+	pc := qosPodConfig(name+"-"+uid[:6], uid, "besteffort")
+	pc.Labels[runLabel] = run
+	pc.Annotations = annotations
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
+	if err != nil {
+		t.Fatalf("RunPodSandbox %s without pressure: %v", name, err)
+	}
+	return resp.PodSandboxId
 }
