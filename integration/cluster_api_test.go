@@ -108,13 +108,26 @@ func TestClusterAPI(t *testing.T) {
 	})
 	evictedAt = time.Since(start)
 	c.setAvailable(t, 12<<30)
-	w, err := c.pod(t, ns, web.Metadata.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The kubelet's status manager may write its own status over the
+	// report for a moment (seen: phase and reason kept, message cleared);
+	// cri-guard reads it back and writes it again within its three checks,
+	// 3 s apart: the message must be there by then.
 	const evictMsg = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
-	if !strings.HasPrefix(w.Status.Message, evictMsg) {
-		t.Errorf("evicted pod message %q, want the kubelet's %q", w.Status.Message, evictMsg)
+	var w kPod
+	msgDeadline := time.Now().Add(15 * time.Second)
+	for {
+		var err error
+		if w, err = c.pod(t, ns, web.Metadata.Name); err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(w.Status.Message, evictMsg) {
+			break
+		}
+		if time.Now().After(msgDeadline) {
+			t.Errorf("evicted pod message %q 15 s after the eviction, want the kubelet's %q", w.Status.Message, evictMsg)
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	dt := false
 	for _, cd := range w.Status.Conditions {
