@@ -10,6 +10,10 @@
 #                $(RUN_SOCKET) in front of that containerd
 #   make rt-up / rt-down   the harness alone
 #   make cluster-up / cluster-down / cluster-test   the one-node cluster alone
+#   make vm-up / vm-down / guest-test   the UML guest (cgroup v2, systemd, containerd
+#                2.x, the kubelet, cri-guard from its .deb) alone; make test runs
+#                its tests last
+#   make deb     the Debian package, bin/cri-guard_<version>_<arch>.deb
 
 SHELL := /usr/bin/env bash
 GO ?= go
@@ -18,9 +22,10 @@ RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
 CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
 CLUSTER_TIMEOUT ?= 20m
+GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: build test unit kubeletdiff integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: deb vm-up vm-down guest-test build test unit kubeletdiff integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -33,6 +38,14 @@ BUILD_FLAGS ?= -tags $(BUILD_TAGS) -trimpath -ldflags '-s -w'
 
 build:
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/cri-guard ./cmd/cri-guard
+
+# The Debian package (scripts/mkdeb.sh: binary, unit, conffile, the kubelet
+# drop-in as an opt-in file, maintainer scripts) into $(DEB_DIR).
+DEB_VERSION ?= 0.1.$(shell git rev-list --count HEAD 2>/dev/null || echo 0)$(DEB_VERSION_SUFFIX)
+DEB_DIR ?= bin
+deb:
+	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -trimpath -ldflags '-s -w -X main.version=$(DEB_VERSION)' -o bin/deb/cri-guard ./cmd/cri-guard
+	scripts/mkdeb.sh bin/deb/cri-guard $(DEB_VERSION) $(DEB_DIR)
 
 unit:
 	$(GO) test -race ./...
@@ -47,7 +60,7 @@ kubeletdiff:
 # exits non-zero if anything failed.
 test:
 	@rc=0; \
-	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1' EXIT; \
+	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; scripts/vm.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
@@ -64,7 +77,13 @@ test:
 	else \
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
-	scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; trap - EXIT; \
+	scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; \
+	if scripts/vm.sh up; then \
+	  CRI_GUARD_VM=1 $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/ || rc=1; \
+	else \
+	  echo "make test: scripts/vm.sh up failed" >&2; rc=1; \
+	fi; \
+	scripts/vm.sh down || rc=1; trap - EXIT; \
 	exit $$rc
 
 integration:
@@ -81,6 +100,15 @@ cluster-up:
 
 cluster-down:
 	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down
+
+vm-up:
+	scripts/vm.sh up
+
+vm-down:
+	scripts/vm.sh down
+
+guest-test:
+	CRI_GUARD_VM=1 $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
 
 cluster-test:
 	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/

@@ -3,6 +3,7 @@
 # with cri-guard between the kubelet and containerd.
 #
 #   scripts/cluster.sh build            build (or keep) etcd and Kubernetes $K8S
+#   scripts/cluster.sh kbin             print the directory of those binaries
 #   scripts/cluster.sh up               start (or keep) the cluster; idempotent
 #   scripts/cluster.sh down             undo everything `up` did
 #   scripts/cluster.sh status           exit 0 when every component runs and the node is Ready
@@ -32,8 +33,9 @@ set -euo pipefail
 
 C=${CRI_GUARD_CLUSTER:-/tmp/cri-guard-cluster}
 RT=${CRI_GUARD_RT:-/tmp/cri-guard-rt}
-K8S=v1.34.4  # the newest 1.34 on the module proxy: from 1.35 on the kubelet refuses cgroup v1 hosts by default
-ETCD=v3.6.16 # the newest 3.6 (Kubernetes 1.34 is tested against etcd 3.6)
+K8S=v1.36.3  # the newest 1.36 on the module proxy; one release for the cluster, the guest (scripts/vm.sh) and
+             # tools/kubeletdiff. From 1.35 on the kubelet refuses cgroup v1 hosts unless failCgroupV1: false.
+ETCD=v3.6.16 # the newest 3.6 (Kubernetes 1.36 is tested against etcd 3.6)
 CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
 KBIN=$CACHE/kubernetes-$K8S/bin
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -149,14 +151,15 @@ build() {
     mv "$KBIN/etcd.tmp" "$KBIN/etcd"
   fi
   ts "build Kubernetes $K8S: $cmds (cold: see README)"
+  # Every staging module the release replaces (./staging/src/k8s.io/X), at its v0.x tag.
+  local kdir
+  kdir=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [ -n "$kdir" ] || die "go mod download k8s.io/kubernetes@$K8S failed"
   {
-    printf 'module cri-guard.local/kubernetes-build\n\ngo 1.24.0\n\ngodebug default=go1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$K8S"
-    for s in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider \
-      cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api \
-      cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms \
-      kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics \
-      mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller; do
-      printf '\tk8s.io/%s => k8s.io/%s v0.%s\n' "$s" "$s" "$v"
+    printf 'module cri-guard.local/kubernetes-build\n\ngo %s\n\ngodebug default=go1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' \
+      "$(sed -n 's/^go //p' "$kdir/go.mod")" "$K8S"
+    for s in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$kdir/go.mod" | sort -u); do
+      printf '\t%s => %s v0.%s\n' "$s" "$s" "$v"
     done
     printf ')\n'
   } >"$mod/go.mod"
@@ -445,6 +448,7 @@ down() {
 
 case "${1:-}" in
 build) build ;;
+kbin) echo "$KBIN" ;;
 up) up ;;
 down) down ;;
 status) up_ok ;;

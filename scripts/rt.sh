@@ -9,6 +9,7 @@
 #   scripts/rt.sh status              exit 0 when containerd and the registry are up
 #   scripts/rt.sh up-events           start (or keep) the events instance; idempotent
 #   scripts/rt.sh down-events         undo everything `up-events` did
+#   scripts/rt.sh images DIR          build the test images (OCI archives) into DIR
 #
 # The stack: Debian's containerd 1.6 + runc, a CNI bridge ($BRIDGE, $SUBNET), a
 # local docker-registry on $REG that stands in for every upstream registry (so
@@ -403,5 +404,15 @@ restart-containerd) stop_containerd; start_containerd ;;
 status) up_ok ;;
 up-events) up_events ;;
 down-events) down_events ;;
-*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status|up-events|down-events" ;;
+images)
+  # images DIR: the test images as OCI archives in DIR (for scripts/vm.sh), offline.
+  [ -n "${2:-}" ] || die "usage: $0 images DIR"
+  mkdir -p "$2/.helpers"
+  busybox
+  image_helpers "$2/.helpers"
+  "$2/.helpers/mkimages" -out "$2" -pause "$2/.helpers/pause" -busybox "$CACHE/dl/bin/busybox" \
+    -nnp "$2/.helpers/nnp" -fakenginx "$2/.helpers/fakenginx" >/dev/null
+  rm -rf "$2/.helpers"
+  ;;
+*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status|up-events|down-events|images DIR" ;;
 esac

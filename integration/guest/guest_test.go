@@ -1,0 +1,88 @@
+//go:build integration
+
+package guest
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// vmScript is scripts/vm.sh of this checkout.
+var vmScript = func() string {
+	p, _ := filepath.Abs("../../scripts/vm.sh")
+	return p
+}()
+
+// needGuest skips the test unless the guest is up.
+func needGuest(t *testing.T) {
+	t.Helper()
+	if os.Getenv("CRI_GUARD_VM") == "" {
+		t.Skip("CRI_GUARD_VM not set: the guest tests need `scripts/vm.sh up` (make test runs them)")
+	}
+	if out, err := exec.Command(vmScript, "status").CombinedOutput(); err != nil {
+		t.Fatalf("CRI_GUARD_VM is set but the guest does not answer: %v\n%s", err, out)
+	}
+}
+
+// result is what a guest script printed: its key=value lines (a key may
+// repeat; the last wins in get, all are in all) and the whole output.
+type result struct {
+	out  string
+	kv   map[string][]string
+	code int
+}
+
+func (r result) get(k string) string {
+	v := r.kv[k]
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
+}
+
+// runScript sends testdata/NAME to the guest and runs it there with bash,
+// ARGS after it, within timeout. The output is logged whole.
+func runScript(t *testing.T, timeout time.Duration, name string, args ...string) result {
+	t.Helper()
+	cp, err := exec.Command(vmScript, "cp", filepath.Join("testdata", name)).Output()
+	if err != nil {
+		t.Fatalf("scripts/vm.sh cp %s: %v", name, err)
+	}
+	guestPath := strings.TrimSpace(string(cp))
+	cmdline := "bash " + guestPath
+	for _, a := range args {
+		cmdline += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	start := time.Now()
+	cmd := exec.Command(vmScript, "exec", "-t", strconv.Itoa(int(timeout/time.Second)), "--", cmdline)
+	cmd.Stderr = os.Stderr
+	outb, err := cmd.Output()
+	r := result{out: string(outb), kv: map[string][]string{}}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("scripts/vm.sh exec %s: %v", name, err)
+	}
+	t.Logf("guest %s (%.1fs, exit %d):\n%s", name, time.Since(start).Seconds(), r.code, r.out)
+	if r.code == 124 || r.code == 125 {
+		t.Fatalf("guest %s: timed out or the guest is gone (exit %d)", name, r.code)
+	}
+	sc := bufio.NewScanner(strings.NewReader(r.out))
+	for sc.Scan() {
+		line := sc.Text()
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.ContainsAny(k, " \t#") && k != "" {
+			r.kv[k] = append(r.kv[k], v)
+		}
+	}
+	return r
+}

@@ -1,0 +1,43 @@
+# The package: upgrade (pods untouched, state and config kept, the kubelet not
+# restarted), then purge (nothing left), then install again (the node as before).
+. "$(dirname "$0")/common.sh"
+old=$(ls /vm/deb/cri-guard_*_amd64.deb | grep -v '+upgrade' | head -1)
+new=$(ls /vm/deb/cri-guard_*+upgrade_amd64.deb | head -1)
+case "$1" in
+upgrade)
+  echo "from=$(dpkg-query -W -f='${Version}' cri-guard)"
+  sb=$(ready_sandboxes); ct=$(running_containers)
+  kid=$(systemctl show -p InvocationID --value kubelet); gpid=$(mainpid)
+  state=$(ls /var/lib/cri-guard | sort | tr '\n' ' '); conf=$(md5sum </etc/cri-guard/config.yaml)
+  echo "records_before=$(ls /var/lib/cri-guard | grep -c .)"
+  DEBIAN_FRONTEND=noninteractive dpkg -i --force-confdef --force-confold "$new" 2>&1 | sed 's/^/# /'
+  wait_for 120 systemctl is-active cri-guard
+  echo "to=$(dpkg-query -W -f='${Version}' cri-guard)"
+  echo "version=$(cri-guard version)"
+  echo "active=$(systemctl is-active cri-guard)"
+  echo "restarted=$([ "$(mainpid)" != "$gpid" ] && echo yes || echo no)"
+  echo "kubelet_restarted=$([ "$(systemctl show -p InvocationID --value kubelet)" != "$kid" ] && echo yes || echo no)"
+  echo "config_kept=$([ "$(md5sum </etc/cri-guard/config.yaml)" = "$conf" ] && echo yes || echo no)"
+  echo "state_kept=$([ "$(ls /var/lib/cri-guard | sort | tr '\n' ' ')" = "$state" ] && echo yes || echo "no: before $state after $(ls /var/lib/cri-guard | sort | tr '\n' ' ')")"
+  echo "sandboxes_kept=$([ "$(ready_sandboxes)" = "$sb" ] && echo yes || echo "no: before $sb after $(ready_sandboxes)")"
+  echo "containers_kept=$([ "$(running_containers)" = "$ct" ] && echo yes || echo "no: before $ct after $(running_containers)")"
+  echo "restore=$(journalctl -u cri-guard --no-pager -o cat _PID="$(mainpid)" | grep -m1 'restore done')"
+  ;;
+purge)
+  cp /etc/cri-guard/config.yaml /tmp/config.yaml.keep
+  DEBIAN_FRONTEND=noninteractive dpkg -P cri-guard 2>&1 | sed 's/^/# /'
+  echo "dpkg=$(dpkg-query -W -f='${Status}' cri-guard 2>/dev/null || echo absent)"
+  echo "unit_loaded=$(systemctl show -p LoadState --value cri-guard)"
+  echo "unit_files=$(find /etc/systemd /lib/systemd /usr/lib/systemd -name 'cri-guard*' 2>/dev/null | tr '\n' ' ')"
+  echo "state_dir=$([ -e /var/lib/cri-guard ] && echo present || echo absent)"
+  echo "config_dir=$([ -e /etc/cri-guard ] && echo present || echo absent)"
+  echo "binary=$([ -e /usr/bin/cri-guard ] && echo present || echo absent)"
+  echo "process=$(pgrep -x cri-guard >/dev/null && echo running || echo none)"
+  # Install again, with the operator's config, for the tests after this one.
+  DEBIAN_FRONTEND=noninteractive dpkg -i "$old" >/dev/null 2>&1
+  install -m 0644 /tmp/config.yaml.keep /etc/cri-guard/config.yaml
+  systemctl restart cri-guard
+  echo "reinstalled=$(systemctl is-active cri-guard)"
+  ;;
+*) echo "usage: package.sh upgrade|purge" >&2; exit 2 ;;
+esac

@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# vm.sh: the platform users run (cgroup v2, systemd as PID 1, containerd 2.x, a
+# current kubelet, cri-guard installed from its .deb) in a User-mode Linux guest.
+#
+#   scripts/vm.sh build                 build (or keep) everything the guest needs
+#   scripts/vm.sh up                    build, boot the guest, provision it; idempotent
+#   scripts/vm.sh exec [-t SECS] -- CMD run CMD (a shell command line) in the guest as
+#                                       root: its output, its exit code (124: timed out)
+#   scripts/vm.sh cp FILE               make a host file visible in the guest (prints its path there)
+#   scripts/vm.sh down                  power the guest off; nothing is left on the host
+#   scripts/vm.sh status                exit 0 when the guest is up and answers
+#
+# Why UML: this machine kind's /dev/kvm is a PVM device on which stock kernels do
+# not boot, its own cgroup2 has no memory controller, and systemd must never be
+# PID 1 on the host's file system. A User-mode Linux kernel is an ordinary
+# process with a kernel of its own: there systemd 252 boots on pure cgroup v2.
+#
+# Built once and cached in $VMC ($CACHE/vm, CRI_GUARD_CACHE as for rt.sh):
+#   linux-<key>            the UML kernel from Debian's linux-source-6.1 with
+#                          scripts/vm/kernel.options (key: their hash)
+#   disk-<key>.ext4        a debootstrapped Debian 12 with systemd, the CNI plugins
+#                          and vm-agent (key: scripts/vm/image/*)
+#   containerd-$CTRD/ runc-$RUNC/ crictl-$CRI_TOOLS/   built from their Go modules
+# and the kubelet of scripts/cluster.sh build (one Kubernetes release for the
+# cluster and the guest). cri-guard is packaged by `make deb` on every build.
+#
+# At run time everything lives under $VM (CRI_GUARD_VM, default /tmp/cri-guard-vm):
+# the copy-on-write layer over the cached image (each boot starts clean), the
+# console log, and $VM/share, the directory the guest mounts over hostfs on
+# /vm: the binaries, the .deb, the configs of scripts/vm/guest and the exec
+# queue of vm-agent. The guest's RAM is a file UML unlinks at once under
+# /dev/shm. `down` removes $VM. The guest has no network to the host.
+set -euo pipefail
+
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VM=${CRI_GUARD_VM:-/tmp/cri-guard-vm}
+CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
+VMC=$CACHE/vm
+CTRD=v2.3.7      # the newest 2.3.x (the LTS) on the module proxy
+RUNC=v1.5.2
+CRI_TOOLS=v1.37.0
+VM_MEM=${CRI_GUARD_VM_MEM:-2560M}
+SHARE=$VM/share
+MARK=$VM/.cri-guard-vm
+
+T0=$EPOCHREALTIME
+ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[vm +%7.2fs] %s\n", a - b, m }' >&2; }
+die() { echo "vm.sh: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+
+apt_need() { # apt_need CMD-OR-PKG... : install the Debian packages that are missing
+  local missing=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} = 0 ] && return 0
+  ts "apt-get install ${missing[*]}"
+  # One apt at a time (the kernel and the image are built side by side).
+  (flock 9
+    apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+  ) 9>/tmp/cri-guard-apt.lock
+}
+
+kernel_key() { cat "$SRC/scripts/vm/kernel.options" | sha256sum | cut -c1-12; }
+image_key() { cat "$SRC"/scripts/vm/image/* | sha256sum | cut -c1-12; }
+
+# build_kernel: Debian's linux-source-6.1, make ARCH=um, no modules.
+build_kernel() {
+  local out=$VMC/linux-$(kernel_key) w=$VMC/kernel-build
+  [ -x "$out" ] && return 0
+  apt_need make gcc libc6-dev flex bison bc xz-utils
+  rm -rf "$w"; mkdir -p "$w"
+  ts "kernel: fetch linux-source-6.1"
+  (cd "$w" && apt-get download -q linux-source-6.1 >/dev/null && dpkg-deb -x linux-source-6.1_*.deb deb &&
+    tar -C "$w" -xaf deb/usr/src/linux-source-6.1.tar.xz && rm -rf deb linux-source-6.1_*.deb)
+  local k=$w/linux-source-6.1 opts
+  opts=$(grep -v '^#' "$SRC/scripts/vm/kernel.options" | tr '\n' ' ')
+  (cd "$k" && make ARCH=um defconfig >/dev/null && scripts/config $opts && make ARCH=um olddefconfig >/dev/null)
+  local o
+  for o in PSI MEMCG CGROUP_BPF SECCOMP_FILTER BLK_DEV_UBD EXT4_FS CFS_BANDWIDTH HOSTFS OVERLAY_FS VETH BRIDGE NF_NAT; do
+    grep -q "^CONFIG_$o=y" "$k/.config" || die "kernel: CONFIG_$o did not stick"
+  done
+  ts "kernel: make ARCH=um linux (cold: several minutes)"
+  (cd "$k" && make ARCH=um -j"$(($(nproc) + 1))" linux >"$w/build.log" 2>&1) || { tail -30 "$w/build.log" >&2; die "kernel build failed"; }
+  install -m 0755 "$k/linux" "$out.tmp" && mv "$out.tmp" "$out"
+  rm -rf "$w"
+  ts "kernel: $out"
+}
+
+# build_image: Debian 12 with systemd (PID 1, pure cgroup v2), the CNI plugins
+# and vm-agent; no kernel (UML boots linux-<key> from the host). The .debs are
+# cached as a debootstrap tarball, the image as a sparse ext4 file.
+build_image() {
+  local key out w tarball pkgs
+  key=$(image_key); out=$VMC/disk-$key.ext4; w=$VMC/image-build
+  [ -e "$out" ] && return 0
+  apt_need debootstrap e2fsprogs
+  pkgs=$(tr -s ' \n' ',' <"$SRC/scripts/vm/image/packages" | sed 's/^,//; s/,$//')
+  tarball=$VMC/bookworm-$(echo "$pkgs" | sha256sum | cut -c1-12).tgz
+  local mirror
+  mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  rm -rf "$w"; mkdir -p "$w"
+  if [ ! -s "$tarball" ]; then
+    ts "image: download the packages (debootstrap --make-tarball)"
+    debootstrap --variant=minbase --include="$pkgs" --make-tarball="$tarball.tmp" bookworm "$w/dl" "$mirror" >"$w/dl.log" 2>&1 ||
+      { tail -20 "$w/dl.log" >&2; die "debootstrap --make-tarball failed"; }
+    mv "$tarball.tmp" "$tarball"; rm -rf "$w/dl"
+  fi
+  ts "image: debootstrap"
+  local r=$w/root
+  debootstrap --variant=minbase --include="$pkgs" --unpack-tarball="$tarball" bookworm "$r" "$mirror" >"$w/bs.log" 2>&1 ||
+    { tail -20 "$w/bs.log" >&2; die "debootstrap failed"; }
+  echo vm >"$r/etc/hostname"
+  printf '127.0.0.1 localhost\n127.0.1.1 vm\n' >"$r/etc/hosts"
+  echo 'LABEL=vmroot / ext4 rw,relatime 0 1' >"$r/etc/fstab"
+  chroot "$r" passwd -d root >/dev/null
+  rm -f "$r"/var/cache/apt/archives/*.deb
+  install -m 0755 "$SRC/scripts/vm/image/vm-agent.sh" "$r/usr/local/sbin/vm-agent"
+  install -m 0644 "$SRC/scripts/vm/image/vm-agent.service" "$r/etc/systemd/system/vm-agent.service"
+  mkdir -p "$r/etc/systemd/system/multi-user.target.wants"
+  ln -sf /etc/systemd/system/vm-agent.service "$r/etc/systemd/system/multi-user.target.wants/vm-agent.service"
+  # Nothing of use without a network, or slow under UML.
+  local u
+  for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer man-db.timer \
+    systemd-timesyncd.service getty@tty1.service serial-getty@ttyS0.service \
+    systemd-networkd-wait-online.service; do
+    ln -sf /dev/null "$r/etc/systemd/system/$u"
+  done
+  mkdir -p "$r/opt/cni" "$r/etc/cni/net.d" "$r/etc/containerd" "$r/etc/kubernetes/manifests" "$r/var/lib/kubelet"
+  ln -sfn /usr/lib/cni "$r/opt/cni/bin"
+  printf 'net.ipv4.ip_forward=1\nvm.overcommit_memory=1\nkernel.panic=10\n' >"$r/etc/sysctl.d/90-vm.conf"
+  ts "image: mkfs.ext4"
+  mkfs.ext4 -q -F -L vmroot -d "$r" "$out.tmp" 4G
+  mv "$out.tmp" "$out"
+  rm -rf "$w"
+  ts "image: $out"
+}
+
+# modsrc MODULE VERSION DIR: a writable copy of a module's source.
+modsrc() {
+  local d
+  d=$(go mod download -json "$1@$2" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [ -n "$d" ] || die "go mod download $1@$2 failed"
+  rm -rf "$3"; cp -a "$d" "$3"; chmod -R u+w "$3"
+}
+
+# containerd 2.x: static, without cgo (no btrfs); the shim as its Makefile builds it.
+build_containerd() {
+  local o=$VMC/containerd-$CTRD b=$VMC/src/containerd-$CTRD
+  [ -x "$o/containerd" ] && [ -x "$o/containerd-shim-runc-v2" ] && [ -x "$o/ctr" ] && return 0
+  ts "containerd $CTRD: build"
+  mkdir -p "$VMC/src"; modsrc github.com/containerd/containerd/v2 "$CTRD" "$b"
+  local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD -X github.com/containerd/containerd/v2/version.Revision=module"
+  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
+  (cd "$b" && CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_btrfs" -ldflags "$ld" -o "$o.tmp/" ./cmd/containerd ./cmd/ctr &&
+    CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_grpc" -ldflags "$ld" -o "$o.tmp/" ./cmd/containerd-shim-runc-v2 &&
+    install -m 0644 containerd.service "$o.tmp/containerd.service")
+  rm -rf "$o" "$b"; mv "$o.tmp" "$o"
+}
+
+# runc: static-pie with seccomp (libseccomp-dev's static library), no libpathrs.
+build_runc() {
+  local o=$VMC/runc-$RUNC b=$VMC/src/runc-$RUNC
+  [ -x "$o/runc" ] && return 0
+  apt_need libseccomp-dev gcc libc6-dev pkg-config
+  ts "runc $RUNC: build"
+  mkdir -p "$VMC/src"; modsrc github.com/opencontainers/runc "$RUNC" "$b"
+  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
+  (cd "$b" && CGO_ENABLED=1 go build -trimpath -buildmode=pie -tags "seccomp urfave_cli_no_docs netgo osusergo" \
+    -ldflags "-s -w -X main.version=${RUNC#v} -X main.gitCommit=module -linkmode external -extldflags -static-pie" -o "$o.tmp/runc" .)
+  rm -rf "$o" "$b"; mv "$o.tmp" "$o"
+}
+
+build_crictl() {
+  local o=$VMC/crictl-$CRI_TOOLS
+  [ -x "$o/crictl" ] && return 0
+  ts "crictl $CRI_TOOLS: build"
+  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
+  CGO_ENABLED=0 GOBIN="$o.tmp" go install -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
+  rm -rf "$o"; mv "$o.tmp" "$o"
+}
+
+# build_share: what the guest mounts, assembled from the caches and this checkout.
+build_share() {
+  local b=$SHARE/bin kbin
+  mkdir -p "$b" "$SHARE/images" "$SHARE/deb" "$SHARE/exec"
+  kbin=$("$SRC/scripts/cluster.sh" kbin)
+  install -m 0755 "$VMC/containerd-$CTRD"/{containerd,containerd-shim-runc-v2,ctr} "$VMC/runc-$RUNC/runc" \
+    "$VMC/crictl-$CRI_TOOLS/crictl" "$kbin/kubelet" "$b/"
+  install -m 0644 "$VMC/containerd-$CTRD/containerd.service" "$SHARE/containerd.service"
+  (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/memhog" ./tools/memhog)
+  rm -f "$SHARE"/deb/*.deb
+  make -s -C "$SRC" deb DEB_DIR="$SHARE/deb" >/dev/null
+  # The upgrade test installs a second package of the same tree, one version up.
+  make -s -C "$SRC" deb DEB_DIR="$SHARE/deb" DEB_VERSION_SUFFIX=+upgrade >/dev/null
+  "$SRC/scripts/rt.sh" images "$SHARE/images"
+  rm -rf "$SHARE/guest"; cp -a "$SRC/scripts/vm/guest" "$SHARE/guest"
+}
+
+build() {
+  mkdir -p "$VMC" "$VM"
+  apt_need e2fsprogs
+  # The kernel and the image take minutes, the Go builds too: side by side.
+  local kp ip rc=0
+  build_kernel >"$VMC/kernel.log" 2>&1 & kp=$!
+  build_image >"$VMC/image.log" 2>&1 & ip=$!
+  build_containerd && build_runc && build_crictl && "$SRC/scripts/cluster.sh" build || rc=1
+  wait $kp || { cat "$VMC/kernel.log" >&2; rc=1; }
+  wait $ip || { cat "$VMC/image.log" >&2; rc=1; }
+  [ $rc = 0 ] || die "build failed"
+  cat "$VMC/kernel.log" "$VMC/image.log" >&2
+  build_share
+  ts "build done"
+}
+
+uml_pid() { # the running guest's UML process, if it is ours
+  local p
+  p=$(cat "$VM/uml.pid" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' <"/proc/$p/cmdline" | grep -q "vm.share=$SHARE"
+  echo "$p"
+}
+
+# vexec TIMEOUT CMDLINE: run CMDLINE in the guest through vm-agent.
+vexec() {
+  local t=$1 id f rc
+  shift
+  id=$(date +%s%N)-$$-$RANDOM
+  f=$SHARE/exec/$id
+  printf '%s\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f.cmd"
+  local end=$((SECONDS + t))
+  while [ ! -e "$f.rc" ]; do
+    if [ $SECONDS -ge $end ] || ! uml_pid >/dev/null; then
+      cat "$f.out" 2>/dev/null
+      rm -f "$f".*
+      uml_pid >/dev/null || { echo "vm.sh: the guest is not running" >&2; return 125; }
+      echo "vm.sh: exec timed out after ${t}s: $*" >&2
+      return 124
+    fi
+    sleep 0.1
+  done
+  cat "$f.out"
+  rc=$(cat "$f.rc")
+  rm -f "$f".*
+  return "$rc"
+}
+
+up() {
+  if uml_pid >/dev/null && [ -e "$MARK" ]; then ts "guest already up"; return 0; fi
+  build
+  local kernel disk
+  kernel=$VMC/linux-$(kernel_key); disk=$VMC/disk-$(image_key).ext4
+  rm -f "$VM/run.cow" "$VM/console.log" "$SHARE/ready" "$SHARE"/exec/*
+  ts "boot: UML, $VM_MEM, pure cgroup v2"
+  # The guest's RAM is a file in TMPDIR that UML unlinks at once: tmpfs keeps it off the disk.
+  TMPDIR=/dev/shm setsid "$kernel" ubd0="$VM/run.cow,$disk" root=/dev/ubda rw mem="$VM_MEM" \
+    con=null con0=null,fd:1 console=tty0 systemd.unified_cgroup_hierarchy=1 \
+    vm.share="$SHARE" </dev/null >"$VM/console.log" 2>&1 &
+  echo $! >"$VM/uml.pid"
+  touch "$MARK"
+  local i
+  for i in $(seq 1 600); do
+    [ -e "$SHARE/ready" ] && break
+    uml_pid >/dev/null || { tail -40 "$VM/console.log" >&2; die "the guest died while booting"; }
+    sleep 0.5
+  done
+  [ -e "$SHARE/ready" ] || { tail -40 "$VM/console.log" >&2; die "vm-agent not ready after 300s"; }
+  ts "vm-agent ready (guest uptime $(cat "$SHARE/ready")s); waiting for systemd"
+  vexec 600 'systemctl is-system-running --wait >/dev/null; systemctl is-system-running; systemctl --failed --no-legend' >&2 || true
+  ts "provision: containerd $CTRD, runc $RUNC, the kubelet, cri-guard from its .deb"
+  vexec 900 'bash /vm/guest/provision.sh' >"$VM/provision.log" 2>&1 || { cat "$VM/provision.log" >&2; die "provisioning failed"; }
+  ts "guest up"
+}
+
+down() {
+  local p i
+  if p=$(uml_pid); then
+    ts "power off"
+    printf 'systemctl poweroff\n' >"$SHARE/exec/poweroff.tmp" && mv "$SHARE/exec/poweroff.tmp" "$SHARE/exec/poweroff.cmd"
+    for i in $(seq 1 120); do kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$p" 2>/dev/null; then
+      ts "no power-off after 60s: SIGTERM, then SIGKILL, to the guest's process group"
+      kill -TERM -- -"$p" 2>/dev/null || true; sleep 2; kill -KILL -- -"$p" 2>/dev/null || true
+    fi
+  fi
+  # UML's host processes share the process group of the kernel we started.
+  if [ -n "${p:-}" ]; then
+    for i in $(seq 1 20); do pgrep -g "$p" >/dev/null || break; sleep 0.25; done
+    pgrep -g "$p" >/dev/null && kill -KILL -- -"$p" 2>/dev/null || true
+  fi
+  rm -rf "$VM"
+}
+
+status() {
+  uml_pid >/dev/null || { echo "guest: down"; return 1; }
+  vexec 30 'echo "guest: up, $(systemctl is-system-running), uptime $(cut -d" " -f1 /proc/uptime)s"'
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+build) build ;;
+build-kernel | build-image | build-containerd | build-runc | build-crictl) mkdir -p "$VMC"; "${cmd/-/_}" ;;
+up) up ;;
+down) down ;;
+status) status ;;
+exec)
+  t=600
+  while [ $# -gt 0 ]; do
+    case "$1" in
+    -t) t=$2; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "usage: $0 exec [-t SECS] -- CMD"
+  uml_pid >/dev/null || die "the guest is not up (scripts/vm.sh up)"
+  vexec "$t" "$*"
+  ;;
+cp)
+  [ -f "${1:-}" ] || die "usage: $0 cp FILE"
+  mkdir -p "$SHARE/files"; n=$(basename "$1"); cp "$1" "$SHARE/files/$n"; echo "/vm/files/$n"
+  ;;
+*) die "usage: $0 build|up|exec [-t SECS] -- CMD|cp FILE|down|status" ;;
+esac
