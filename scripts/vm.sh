@@ -20,9 +20,9 @@
 #                          scripts/vm/kernel.options (key: their hash)
 #   disk-<key>.ext4        a debootstrapped Debian 12 with systemd, the CNI plugins
 #                          and vm-agent (key: scripts/vm/image/*)
-#   containerd-$CTRD/ runc-$RUNC/ crictl-$CRI_TOOLS/   built from their Go modules
+#   containerd-$CTRD/ runc-$RUNC/  built from their Go modules
 # and the kubelet of scripts/cluster.sh build (one Kubernetes release for the
-# cluster and the guest). cri-guard is packaged by `make deb` on every build.
+# cluster and the guest) and the crictl of scripts/rt.sh. cri-guard is packaged by `make deb` on every build.
 #
 # At run time everything lives under $VM (CRI_GUARD_VM, default /tmp/cri-guard-vm):
 # the copy-on-write layer over the cached image (each boot starts clean), the
@@ -76,7 +76,7 @@ build_kernel() {
   opts=$(grep -v '^#' "$SRC/scripts/vm/kernel.options" | tr '\n' ' ')
   (cd "$k" && make ARCH=um defconfig >/dev/null && scripts/config $opts && make ARCH=um olddefconfig >/dev/null)
   local o
-  for o in PSI MEMCG CGROUP_BPF SECCOMP_FILTER BLK_DEV_UBD EXT4_FS CFS_BANDWIDTH HOSTFS OVERLAY_FS VETH BRIDGE NF_NAT; do
+  for o in PSI MEMCG CGROUP_BPF SECCOMP_FILTER BLK_DEV_UBD EXT4_FS CFS_BANDWIDTH HOSTFS OVERLAY_FS DEBUG_INFO_NONE; do
     grep -q "^CONFIG_$o=y" "$k/.config" || die "kernel: CONFIG_$o did not stick"
   done
   ts "kernel: make ARCH=um linux (cold: several minutes)"
@@ -171,13 +171,14 @@ build_runc() {
   rm -rf "$o" "$b"; mv "$o.tmp" "$o"
 }
 
+# crictl: the one scripts/rt.sh builds for the host harness (same cache, same version).
 build_crictl() {
-  local o=$VMC/crictl-$CRI_TOOLS
-  [ -x "$o/crictl" ] && return 0
+  local o=$CACHE/tools-$CRI_TOOLS/bin
+  "$o/crictl" --version 2>/dev/null | grep -q "${CRI_TOOLS#v}" && return 0
   ts "crictl $CRI_TOOLS: build"
-  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
-  CGO_ENABLED=0 GOBIN="$o.tmp" go install -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
-  rm -rf "$o"; mv "$o.tmp" "$o"
+  mkdir -p "$o"
+  CGO_ENABLED=0 GOBIN="$o" go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
 }
 
 # build_share: what the guest mounts, assembled from the caches and this checkout.
@@ -186,7 +187,7 @@ build_share() {
   mkdir -p "$b" "$SHARE/images" "$SHARE/deb" "$SHARE/exec"
   kbin=$("$SRC/scripts/cluster.sh" kbin)
   install -m 0755 "$VMC/containerd-$CTRD"/{containerd,containerd-shim-runc-v2,ctr} "$VMC/runc-$RUNC/runc" \
-    "$VMC/crictl-$CRI_TOOLS/crictl" "$kbin/kubelet" "$b/"
+    "$CACHE/tools-$CRI_TOOLS/bin/crictl" "$kbin/kubelet" "$b/"
   install -m 0644 "$VMC/containerd-$CTRD/containerd.service" "$SHARE/containerd.service"
   (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/memhog" ./tools/memhog)
   rm -f "$SHARE"/deb/*.deb
