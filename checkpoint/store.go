@@ -36,6 +36,26 @@ type Store struct {
 	seed  maphash.Seed
 	locks [lockStripes]sync.Mutex
 	lockf *os.File // holds the directory's flock while the store is open
+	// kept are the annotations a trimmed record never leaves out
+	kept []string
+}
+
+// Option is an optional setting of New.
+type Option func(*Store)
+
+// WithRules says by which critical rules the records' pods are classified:
+// a record trimmed to fit MaxRecordSize keeps the annotations these rules
+// read (Rules.Annotations, the configured priority key included). Without
+// it, the default rules'.
+func WithRules(r pod.CriticalRules) Option {
+	return func(s *Store) { s.kept = keptAnnotations(r) }
+}
+
+// keptAnnotations are never left out of a record: what the critical rules
+// classify a pod by, should restore have only the record to go by, and the
+// grace period's.
+func keptAnnotations(r pod.CriticalRules) []string {
+	return append(r.Annotations(), pod.AnnotationTerminationGracePeriod)
 }
 
 // lockFile is the file whose flock marks the directory as in use.
@@ -58,14 +78,17 @@ func (s *Store) Close() error {
 // New opens (creating with mode 0700 if needed) the checkpoint directory dir
 // and removes temp files left by interrupted writes. log receives one line
 // per quarantined or removed file.
-func New(dir string, log *logrus.Entry) (*Store, error) {
+func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("checkpoint store: empty directory")
 	}
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed()}
+	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed(), kept: keptAnnotations(pod.CriticalRules{})}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint dir %q: %w", dir, err)
 	}
@@ -147,13 +170,8 @@ func (s *Store) Put(r Record) error {
 	return nil
 }
 
-// keptAnnotations are never left out of a record: what the critical rules
-// classify a pod by, should restore have only the record to go by.
-var keptAnnotations = []string{pod.AnnotationConfigSource, pod.AnnotationConfigMirror, pod.AnnotationCriticalPod,
-	pod.DefaultPriorityAnnotation, pod.AnnotationTerminationGracePeriod}
-
 // fit encodes r within MaxRecordSize by leaving out its largest labels and
-// annotations first, never keptAnnotations.
+// annotations first, never the kept ones (WithRules).
 func (s *Store) fit(r Record) ([]byte, error) {
 	type entry struct {
 		label bool
@@ -165,7 +183,7 @@ func (s *Store) fit(r Record) ([]byte, error) {
 		entries = append(entries, entry{true, k, len(k) + len(v)})
 	}
 	for k, v := range r.Pod.Annotations {
-		if !slices.Contains(keptAnnotations, k) {
+		if !slices.Contains(s.kept, k) {
 			entries = append(entries, entry{false, k, len(k) + len(v)})
 		}
 	}

@@ -451,3 +451,41 @@ func TestPutFitsManySmallEntries(t *testing.T) {
 		t.Fatalf("only %d labels and annotations kept: more were left out than needed", len(got.Annotations)+len(got.Labels))
 	}
 }
+
+// TestPutKeepsConfiguredPriorityAnnotation: a record trimmed to fit keeps
+// the priority annotation the critical rules are configured with
+// (critical.priorityAnnotation), not only the default key: a restore that
+// has only the record classifies the pod as it was.
+func TestPutKeepsConfiguredPriorityAnnotation(t *testing.T) {
+	rules := pod.CriticalRules{PriorityAnnotation: "x.io/prio"}
+	s, err := New(t.TempDir(), nil, WithRules(rules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// many labels, each smaller than the priority annotation: trimming
+	// leaves out the largest entries first, the priority key among them
+	labels := map[string]string{}
+	for i := range 90_000 {
+		labels[fmt.Sprintf("l%05d", i)] = "v"
+	}
+	p := pod.Pod{UID: "prio", Name: "prio", Namespace: "ns", Labels: labels, Annotations: map[string]string{
+		"x.io/prio": "2000000000", pod.AnnotationConfigSource: "api"},
+		Priority: 2000000000, HasPriority: true, Critical: true}
+	if err := s.Put(Record{Pod: p, State: pod.StateReady, SandboxID: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List()
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records = %d (%v), want the pod's", len(recs), err)
+	}
+	if n := len(recs[0].Pod.Labels); n == len(labels) {
+		t.Fatal("the record was not trimmed")
+	}
+	got := recs[0].Pod.Annotations
+	for _, k := range rules.Annotations() {
+		if got[k] != p.Annotations[k] {
+			t.Errorf("annotation %q read back %q, want %q", k, got[k], p.Annotations[k])
+		}
+	}
+}

@@ -244,7 +244,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		bounded.Close()
 		return guardParts{}, err
 	}
-	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"))
+	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"), checkpoint.WithRules(cfg.CriticalRules()))
 	if err != nil {
 		bounded.Close()
 		return guardParts{}, err
