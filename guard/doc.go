@@ -1,13 +1,18 @@
 // Package guard is cri-guard's sync loop, the one goroutine that owns pod
-// state, as the kubelet's syncLoopIteration does. Every pod record and every
-// checkpoint write or delete happens on it, in order; nothing rewrites a
-// record from a stale copy.
+// state, as the kubelet's syncLoopIteration does. Every pod record is
+// decided and changed on it; nothing rewrites a record from a stale copy.
+// It never waits on a disk: a changed record is handed to a writer
+// (writer.go) that writes it durably off the loop, one write per record at
+// a time, a later one superseding a waiting one, and whose outcomes come
+// back through the loop's queue.
 //
 // A sandbox change is one operation of the owner, start to end:
 //
-//   - RunPodSandbox (sandbox.go): admit, write the pending record, forward
-//     through the function the server hands in (off the loop), settle the
-//     record with the runtime's answer.
+//   - RunPodSandbox (sandbox.go): admit on the loop, wait for the pending
+//     record's write on the caller's goroutine, forward through the
+//     function the server hands in (off the loop), settle the record with
+//     the runtime's answer on the loop, wait for its write on the caller's
+//     goroutine.
 //   - An eviction (evict.go): the evictor chooses; the loop stops the pod
 //     off the loop goroutine, bounded by the grace period plus StopTimeout;
 //     the outcome comes back to the loop, which records it. Only a stop that

@@ -113,7 +113,7 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 	}
 	p.State = pod.StateStopped
 	p.EvictedAt = l.now()
-	_ = l.checkpoint(p) // logged; the guard is in the evictor's memory meanwhile
+	l.save(p) // the guard is in the evictor's memory meanwhile
 	l.publish()
 	l.log.WithFields(podFields(p)).Info("pod evicted")
 	if l.report != nil {
@@ -244,15 +244,13 @@ func (l *Loop) resync(ctx context.Context) {
 		switch {
 		case !ok:
 			l.log.WithFields(podFields(p)).Info("sandbox is gone from the runtime")
-			if err := l.store.Delete(key); err != nil {
-				l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-			}
+			l.drop(key)
 			delete(l.pods, key)
 			changed = true
 		case st != runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateReady:
 			l.log.WithFields(podFields(p)).Info("sandbox is no longer ready")
 			p.State = pod.StateStopped
-			_ = l.checkpoint(p)
+			l.save(p)
 			changed = true
 		case st == runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateStopped:
 			// a record older than its sandbox's state (written by a
@@ -260,7 +258,7 @@ func (l *Loop) resync(ctx context.Context) {
 			// runtime's word wins, and the pod is a candidate again
 			l.log.WithFields(podFields(p)).Info("sandbox is ready again")
 			p.State = pod.StateReady
-			_ = l.checkpoint(p)
+			l.save(p)
 			changed = true
 		}
 	}

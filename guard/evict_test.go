@@ -159,6 +159,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			if r := h.ev.Snapshot().Ranked; len(r) != 1 || r[0].UID != "p1" {
 				t.Fatalf("ranked after the failed stop = %+v, want p1", r)
 			}
+			flushed(t, h.loop)
 			if rec, _ := h.store.get("p1/0"); !rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateReady {
 				t.Fatalf("checkpoint after the failed stop = %+v", rec)
 			}
@@ -176,6 +177,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvictFailed, evictor.KindEvict}) {
 				t.Fatalf("decisions after the second pass = %v, want evict-failed then evict", got)
 			}
+			flushed(t, h.loop)
 			if rec, _ := h.store.get("p1/0"); rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
 				t.Fatalf("checkpoint after the eviction = %+v, want stopped with EvictedAt", rec)
 			}
@@ -226,6 +228,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
 		t.Fatalf("decisions = %v, want the eviction counted once", got)
 	}
+	flushed(t, h.loop)
 	if _, ok := store.get("p1/0"); ok {
 		t.Fatal("the removed sandbox's record is back in the store")
 	}

@@ -2,9 +2,11 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -170,17 +172,50 @@ type memStore struct {
 	mu   sync.Mutex
 	recs map[string]checkpoint.Record
 	err  error
+	// slow, when set, holds every Put and Delete until it is closed (a
+	// state disk whose fsync takes seconds)
+	slow chan struct{}
+	puts []checkpoint.Record // every Put, in order
+}
+
+// hold makes every Put and Delete wait until the returned func is called
+// (once or more).
+func (s *memStore) hold() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.slow = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.slow = nil
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (s *memStore) wait() {
+	s.mu.Lock()
+	ch := s.slow
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 func newMemStore() *memStore { return &memStore{recs: map[string]checkpoint.Record{}} }
 
 func (s *memStore) Put(r checkpoint.Record) error {
+	s.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
 	s.recs[r.Pod.Key()] = r
+	s.puts = append(s.puts, r)
 	return nil
 }
 
@@ -195,6 +230,7 @@ func (s *memStore) List() ([]checkpoint.Record, error) {
 }
 
 func (s *memStore) Delete(key string) error {
+	s.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.recs, key)
@@ -254,4 +290,18 @@ func testLog() *logrus.Entry {
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
 	return logrus.NewEntry(l)
+}
+
+// flushed waits until the loop's checkpoint writes are done and their
+// outcomes recorded on the loop (running or not).
+func flushed(t *testing.T, l *Loop) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.do(ctx, l.recordWrites); errors.Is(err, ErrStopped) || errors.Is(err, context.DeadlineExceeded) {
+		l.recordWrites() // the loop is not running
+	}
 }

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -110,8 +109,11 @@ type Loop struct {
 	readyOnce sync.Once
 	degraded  atomic.Pointer[error] // why the loop serves without a finished restore
 
+	w *writer // makes records durable off the loop
+
 	// owned by the loop goroutine
 	pods        map[string]*pod.Pod // by pod key
+	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
 	evicting    *evictor.Eviction   // the eviction whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
@@ -150,7 +152,9 @@ func New(cfg Config, o Options) (*Loop, error) {
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
 		ready:   make(chan struct{}),
+		w:       newWriter(o.Store),
 		pods:    map[string]*pod.Pod{},
+		writing: map[string]uint64{},
 		unsaved: map[string]bool{},
 		done:    make(chan struct{}),
 	}, nil
@@ -208,6 +212,8 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case f := <-l.updates:
 			f()
+		case <-l.w.ready:
+			l.recordWrites()
 		case <-tick.C:
 			l.housekeeping(ctx, "tick")
 			fp.schedule()
@@ -406,41 +412,6 @@ func (l *Loop) bySandbox(id string) *pod.Pod {
 		}
 	}
 	return found
-}
-
-// checkpoint writes the pod's record (loop goroutine). A failed write is
-// logged once and counted (checkpoint_operations_total), the record stays in
-// memory, and housekeeping writes it again until it succeeds
-// (retryUnsaved): what the record guards (the re-admission guard is in the
-// evictor's memory) holds meanwhile.
-func (l *Loop) checkpoint(p *pod.Pod) error {
-	if err := l.store.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}); err != nil {
-		if !l.unsaved[p.Key()] {
-			l.log.WithError(err).WithFields(podFields(p)).Error("cannot write checkpoint: kept in memory, written again on each housekeeping pass")
-		}
-		l.unsaved[p.Key()] = true
-		return fmt.Errorf("checkpoint pod %q: %w", p.String(), err)
-	}
-	if l.unsaved[p.Key()] {
-		delete(l.unsaved, p.Key())
-		l.log.WithFields(podFields(p)).Info("checkpoint written after earlier failures")
-	}
-	return nil
-}
-
-// retryUnsaved writes again the records whose last write failed (loop
-// goroutine).
-func (l *Loop) retryUnsaved() {
-	for key := range l.unsaved {
-		p, ok := l.pods[key]
-		if !ok {
-			delete(l.unsaved, key) // gone meanwhile: nothing to write
-			continue
-		}
-		if l.checkpoint(p) != nil {
-			return // the disk is still full: try again next pass
-		}
-	}
 }
 
 func podFields(p *pod.Pod) logrus.Fields {

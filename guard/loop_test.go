@@ -92,6 +92,7 @@ func TestAdmitSandbox(t *testing.T) {
 					t.Fatalf("admitted = %v, forwarded = %v, want %v (%v)", gotAdmit, forwarded, tt.wantAdmit, err)
 				}
 			}
+			flushed(t, h.loop)
 			if _, ok := h.store.get(p.Key()); ok {
 				t.Fatal("a record is left after the runtime refused the sandbox")
 			}
@@ -117,6 +118,7 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	if n := len(h.loop.Pods()); n != 2 {
 		t.Fatalf("pods in memory = %d, want 2", n)
 	}
+	flushed(t, h.loop)
 	if _, ok := h.store.get("crit/0"); ok {
 		t.Fatal("a record was written to a full disk")
 	}
@@ -126,6 +128,7 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	if err := h.loop.SyncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	flushed(t, h.loop)
 	for _, key := range []string{"crit/0", "plain/0"} {
 		if rec, ok := h.store.get(key); !ok || rec.State != pod.StateReady {
 			t.Fatalf("record %s after the disk is back: %+v (present %v), want ready", key, rec, ok)
@@ -140,15 +143,18 @@ func TestSandboxLifecycle(t *testing.T) {
 	if id, err := h.run(p, "sb1", nil, false); err != nil || id != "sb1" {
 		t.Fatalf("RunPodSandbox = %q, %v", id, err)
 	}
+	flushed(t, h.loop)
 	rec, ok := h.store.get(p.Key())
 	if !ok || rec.SandboxID != "sb1" || rec.State != pod.StateReady {
 		t.Fatalf("record after create = %+v, %v", rec, ok)
 	}
 	h.loop.SandboxStopped("sb1")
+	flushed(t, h.loop)
 	if rec, _ := h.store.get(p.Key()); rec.State != pod.StateStopped {
 		t.Fatalf("record state after stop = %q", rec.State)
 	}
 	h.loop.SandboxRemoved("sb1")
+	flushed(t, h.loop)
 	if _, ok := h.store.get(p.Key()); ok {
 		t.Fatal("record still there after remove")
 	}
@@ -175,6 +181,7 @@ func TestSandboxFailed(t *testing.T) {
 			if _, err := h.run(p, "", tt.err, tt.notCreated); err != tt.err {
 				t.Fatalf("err = %v, want the runtime's %v unchanged", err, tt.err)
 			}
+			flushed(t, h.loop)
 			if _, ok := h.store.get(p.Key()); ok != tt.wantKept {
 				t.Fatalf("record kept = %v, want %v", ok, tt.wantKept)
 			}
@@ -209,6 +216,7 @@ func TestRestoreReconciles(t *testing.T) {
 		t.Fatalf("report = %+v, want %+v", rep, want)
 	}
 	for _, key := range []string{"b/0", "e/0"} {
+		flushed(t, h.loop)
 		if _, ok := h.store.get(key); ok {
 			t.Errorf("record %s should be dropped", key)
 		}
@@ -282,6 +290,7 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	if got := strings.Count(strings.Join(h.rt.Calls(), ","), "StopPodSandbox"); got != 2 {
 		t.Fatalf("StopPodSandbox calls = %d, want 2", got)
 	}
+	flushed(t, h.loop)
 	if rec, ok := h.store.get("p1/0"); !ok || rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
 		t.Fatalf("checkpoint of the evicted pod = %+v (found %v), want stopped with EvictedAt", rec, ok)
 	}
@@ -303,6 +312,7 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 	if n := len(h.loop.Pods()); n != 0 {
 		t.Fatalf("pods = %d after the sandbox vanished, want 0", n)
 	}
+	flushed(t, h.loop)
 	if _, ok := h.store.get("p1/0"); ok {
 		t.Fatal("record of a vanished sandbox kept")
 	}
@@ -333,6 +343,7 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 		t.Fatalf("pods = %d after an ambiguous prefix, want 2", n)
 	}
 	h.loop.SandboxRemoved("abcde") // crictl's truncated id
+	flushed(t, h.loop)
 	if _, ok := h.store.get("u0/0"); ok {
 		t.Fatal("record of u0 kept after RemovePodSandbox with a unique prefix")
 	}

@@ -20,9 +20,12 @@ type RestoreReport struct {
 // and replays the live pods as one RESTORE update through admission, oldest
 // first. Restored pods that admission refuses are stopped when
 // EnforceRestored is set, else logged. It must run before Run; it closes
-// Ready when done.
+// Ready when done, once the records it changed are written.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 	rep, err := l.restore(ctx)
+	if ferr := l.w.flush(ctx); ferr != nil {
+		l.log.WithError(ferr).Warn("restore: checkpoint writes not finished")
+	}
 	if err == nil {
 		l.readyOnce.Do(func() { close(l.ready) })
 	}
@@ -99,9 +102,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			}
 		}
 		if !ok || known[sb.GetId()] {
-			if err := l.store.Delete(p.Key()); err != nil {
-				l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-			}
+			l.drop(p.Key())
 			rep.Dropped++
 			continue
 		}
@@ -116,7 +117,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 		}
 		l.pods[p.Key()] = p
 		if p.State != rec.State || p.SandboxID != rec.SandboxID {
-			_ = l.checkpoint(p)
+			l.save(p)
 		}
 	}
 	for _, sb := range sbs {
@@ -132,7 +133,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		l.pods[p.Key()] = p
-		_ = l.checkpoint(p)
+		l.save(p)
 		rep.Adopted++
 	}
 	l.ev.Observe() // admission reads this evaluation
@@ -155,7 +156,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		p.State = pod.StateStopped
-		_ = l.checkpoint(p)
+		l.save(p)
 		rep.Stopped++
 	}
 	l.publish()

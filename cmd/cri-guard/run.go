@@ -98,7 +98,16 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 
 	var wg sync.WaitGroup
 	loopCtx, stopLoop := context.WithCancel(context.Background())
-	defer func() { stopLoop(); wg.Wait() }()
+	defer func() {
+		stopLoop()
+		wg.Wait()
+		// the records handed to the writer are written before the store closes
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := loop.Flush(ctx); err != nil {
+			log.WithError(err).Warn("checkpoint writes not finished at shutdown")
+		}
+	}()
 	wg.Go(func() {
 		if err := loop.Run(loopCtx); err != nil {
 			log.WithError(err).Error("sync loop stopped")
