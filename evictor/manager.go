@@ -259,6 +259,11 @@ type Eviction struct {
 	Signal pressure.Signal
 	// Message is the kubelet's eviction message.
 	Message string
+	// Restored is set for a restored pod that admission refused at
+	// start-up (the kubelet's rejectPod on a restart): no override, it is
+	// stopped with its own terminationGracePeriodSeconds, Grace when that
+	// is not known.
+	Restored bool
 }
 
 // Synchronize is one pass of the eviction loop: sample, evaluate, rank the
@@ -312,8 +317,12 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 // terminationGracePeriodSeconds when the runtime knows it (known): for a
 // soft threshold min(MaxPodGracePeriod, TGPS), as the kubelet's
 // synchronize computes it (with AllowOverwriteTerminationGracePeriodSeconds
-// off, as in 1.34); for a hard one HardGracePeriod.
+// off, as in 1.34); for a hard one HardGracePeriod; for a restored pod
+// refused at start-up TGPS itself.
 func (e *Eviction) PodGrace(tgps time.Duration, known bool) time.Duration {
+	if e.Restored && known {
+		return tgps
+	}
 	if !e.Hard && known && tgps < e.Grace {
 		return tgps
 	}

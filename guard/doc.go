@@ -13,7 +13,9 @@
 //     function the server hands in (off the loop), settle the record with
 //     the runtime's answer on the loop, wait for its write on the caller's
 //     goroutine.
-//   - An eviction (evict.go): the evictor chooses; the loop stops the pod
+//   - An eviction (evict.go): the evictor chooses (or restore queued a
+//     restored pod that admission refused: those go first, a second
+//     apart, each with its own grace period); the loop stops the pod
 //     off the loop goroutine, bounded by the grace period plus StopTimeout;
 //     the outcome comes back to the loop, which records it. Only a stop that
 //     happened (or a sandbox already gone) counts, arms the re-admission

@@ -51,18 +51,18 @@ type realHarness struct {
 
 func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration) *realHarness {
 	t.Helper()
-	return newRealHarnessWith(t, store, rt, stopTimeout, nil)
+	return newRealHarnessWith(t, store, rt, stopTimeout, nil, 3<<30)
 }
 
 // newRealHarnessWith is newRealHarness with an API server stand-in (nil:
-// CRI only).
-func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI) *realHarness {
+// CRI only) and the node's memory.available at restore.
+func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI, available int64) *realHarness {
 	t.Helper()
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: 3 << 30}}
+	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: available}}
 	h.ev, err = evictor.New(evictor.Config{Thresholds: ts, TransitionPeriod: time.Minute, HardGracePeriod: time.Second},
 		evictor.Options{Sampler: h.sampler, Log: testLog()})
 	if err != nil {
@@ -264,6 +264,8 @@ func TestStopGrace(t *testing.T) {
 		{"soft, kubelet default maximum 0", evictor.Eviction{Grace: 0}, "30", 2},
 		{"hard ignores TGPS", evictor.Eviction{Grace: time.Second, Hard: true}, "1", 2},
 		{"garbage annotation is unknown", evictor.Eviction{Grace: 10 * time.Second}, "soon", 10},
+		{"restored pod refused: its own TGPS", evictor.Eviction{Grace: 30 * time.Second, Restored: true}, "45", 45},
+		{"restored pod refused, no TGPS known", evictor.Eviction{Grace: 30 * time.Second, Restored: true}, "", 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,10 +279,7 @@ func TestStopGrace(t *testing.T) {
 			}
 			e := tt.e
 			e.Pod = h.loop.pods["p1/0"]
-			if err := h.loop.stopPod(context.Background(), e.Pod, func(ctrs []*runtimeapi.Container) time.Duration {
-				d, known := terminationGracePeriod(ctrs)
-				return e.PodGrace(d, known)
-			}); err != nil {
+			if _, err := h.loop.stop(&e, e.Pod.Clone()); err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("StopContainer c-s1 %d", tt.wantS); !slices.Contains(h.rt.Calls(), want) {
@@ -298,7 +297,7 @@ func TestEvictionMessageNamesContainers(t *testing.T) {
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.usage = map[string]uint64{"c-s1": 120 << 20}
 	api := &fakeAPI{pods: map[string]pod.API{}}
-	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api)
+	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
 	h.sampler.set(512 << 20)
 	if err := h.loop.SyncOnce(context.Background()); err != nil {
 		t.Fatal(err)

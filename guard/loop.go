@@ -115,6 +115,7 @@ type Loop struct {
 	pods        map[string]*pod.Pod // by pod key
 	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
+	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
 	evicting    *evictor.Eviction   // the eviction whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
 	victimID    string              // the sandbox of the eviction under way
@@ -206,7 +207,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	fp := newFastPoller(l.cfg.FastPoll, l.ev)
 	defer fp.stop()
 	fp.schedule()
+	refused := time.NewTimer(time.Hour)
+	defer refused.Stop()
 	for {
+		l.armRefused(refused)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -231,6 +235,8 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-fp.c():
 			l.fastPass(ctx, fp)
 			fp.schedule()
+		case <-refused.C:
+			l.housekeeping(ctx, "restored")
 		}
 	}
 }
@@ -303,6 +309,16 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		// period is cut short if the node is a moment from OOM
 		l.ev.Observe()
 		l.cutGrace()
+		return
+	}
+	if e := l.nextRefused(); e != nil {
+		// restored pods that admission refused at start-up come first (the
+		// kubelet rejects them when it starts), evictionSpacing apart
+		l.ev.Observe()
+		if l.now().Sub(l.lastEvicted) >= evictionSpacing {
+			l.applyAPI()
+			l.evict(e)
+		}
 		return
 	}
 	if since := l.now().Sub(l.lastEvicted); why != "tick" && why != "manual" && since < evictionSpacing {

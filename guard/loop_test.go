@@ -252,12 +252,22 @@ func TestRestoreUnderPressure(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stopped := slices.Contains(h.rt.Calls(), "StopPodSandbox s-be")
-			if stopped != enforce || slices.Contains(h.rt.Calls(), "StopPodSandbox s-crit") {
-				t.Fatalf("calls = %v (enforce=%v)", h.rt.Calls(), enforce)
+			if want := map[bool]int{true: 1, false: 0}[enforce]; rep.Refused != 1 || rep.Evicting != want {
+				t.Fatalf("refused = %d, evicting %d; want 1, %d", rep.Refused, rep.Evicting, want)
 			}
-			if rep.Refused != 1 {
-				t.Fatalf("refused = %d, want 1", rep.Refused)
+			if len(h.rt.Calls()) != 0 {
+				t.Fatalf("restore stopped pods itself: %v", h.rt.Calls())
+			}
+			if !enforce {
+				return
+			}
+			// the loop evicts it as every other eviction, before any pass
+			// of the evictor's own
+			h.start(t)
+			waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s-be") })
+			flushed(t, h.loop)
+			if slices.Contains(h.rt.Calls(), "StopPodSandbox s-crit") || !slices.Equal(h.ev.evicted, []string{"be"}) || h.ev.syncs != 0 {
+				t.Fatalf("calls = %v, evicted %v after %d passes; want be evicted through the restore queue", h.rt.Calls(), h.ev.evicted, h.ev.syncs)
 			}
 		})
 	}

@@ -11,15 +11,22 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// RestoreReport says what start-up reconciliation did.
+// RestoreReport says what start-up reconciliation did. Evicting counts
+// the refused pods queued for eviction (EnforceRestored).
 type RestoreReport struct {
-	Records, Dropped, Completed, Adopted, Admitted, Refused, Stopped int
+	Records, Dropped, Completed, Adopted, Admitted, Refused, Evicting int
 }
+
+// defaultTerminationGracePeriod is the API's default
+// terminationGracePeriodSeconds: the grace of a restored pod refused at
+// start-up when neither the API nor its containers say its own.
+const defaultTerminationGracePeriod = 30 * time.Second
 
 // Restore loads the checkpoints, reconciles them with what the runtime runs,
 // and replays the live pods as one RESTORE update through admission, oldest
-// first. Restored pods that admission refuses are stopped when
-// EnforceRestored is set, else logged. It must run before Run; it closes
+// first. Restored pods that admission refuses are queued for eviction
+// when EnforceRestored is set (the loop stops them as every other
+// eviction, first), else logged. It must run before Run; it closes
 // Ready when done, once the records it changed are written.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 	rep, err := l.restore(ctx)
@@ -150,19 +157,14 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod would be refused (restoredPods: warn)")
 			continue
 		}
-		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: stopping it")
-		if err := l.stopPod(ctx, p, func([]*runtimeapi.Container) time.Duration { return l.cfg.StopTimeout }); err != nil {
-			l.log.WithError(err).WithFields(fields).Error("cannot stop refused restored pod")
-			continue
-		}
-		p.State = pod.StateStopped
-		l.save(p)
-		rep.Stopped++
+		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: queued for eviction")
+		l.refused = append(l.refused, &evictor.Eviction{Pod: p.Clone(), Grace: defaultTerminationGracePeriod, Message: r.Message, Restored: true})
+		rep.Evicting++
 	}
 	l.publish()
 	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
-		WithField("stopped", rep.Stopped).Info("restore done")
+		WithField("evicting", rep.Evicting).Info("restore done")
 	return rep, nil
 }
 
