@@ -100,7 +100,7 @@ func (h *realHarness) settled(t *testing.T) {
 	t.Helper()
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
 		return !busy
 	})
 }
@@ -212,7 +212,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	// the stop is under way (hanging); the kubelet removes the sandbox
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
 		return busy
 	})
 	rt.mu.Lock()
@@ -367,7 +367,7 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	ctx := context.Background()
 	pass := func(why string) {
 		t.Helper()
-		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
 			t.Fatal(err)
 		}
 		h.settled(t)
@@ -400,7 +400,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	ctx := context.Background()
 	pass := func(why string) {
 		t.Helper()
-		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // fakeRuntime is an in-memory runtime: sandboxes and their containers.
@@ -264,6 +265,14 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 }
 
 func (e *ruleEvictor) Observe() {}
+
+// SetThresholds says every threshold is new.
+func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (added, removed []string) {
+	for _, t := range ts {
+		added = append(added, t.String())
+	}
+	return added, nil
+}
 
 func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 

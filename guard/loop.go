@@ -15,6 +15,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // Runtime is what the loop needs of containerd (runtimeproxy.Client).
@@ -45,6 +46,8 @@ type Evictor interface {
 	// MarkEvicted restores the re-admission guard of a pod evicted before
 	// a restart.
 	MarkEvicted(p *pod.Pod, at time.Time)
+	// SetThresholds replaces the thresholds (a reload).
+	SetThresholds(ts []pressure.Threshold, transition time.Duration) (added, removed []string)
 }
 
 // APIPods is what the API server says of pods (kube.Client.Pod): read from
@@ -104,10 +107,8 @@ type Loop struct {
 	report  Reporter
 	updates chan func()
 	trigger chan struct{}
-	ready   chan struct{}
 
-	readyOnce sync.Once
-	degraded  atomic.Pointer[error] // why the loop serves without a finished restore
+	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
 	w *writer // makes records durable off the loop
 
@@ -152,7 +153,6 @@ func New(cfg Config, o Options) (*Loop, error) {
 		api: o.API, report: o.Reporter,
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
-		ready:   make(chan struct{}),
 		w:       newWriter(o.Store),
 		pods:    map[string]*pod.Pod{},
 		writing: map[string]uint64{},
@@ -405,9 +405,6 @@ func (l *Loop) Pods() []*pod.Pod {
 	defer l.mu.Unlock()
 	return l.view
 }
-
-// Ready is closed once Restore has finished and calls may be served.
-func (l *Loop) Ready() <-chan struct{} { return l.ready }
 
 // bySandbox finds a pod by its sandbox id, or by a unique prefix of it as
 // containerd accepts (crictl sends truncated ids) (loop goroutine only).

@@ -227,11 +227,6 @@ func TestRestoreReconciles(t *testing.T) {
 	if _, ok := h.store.get("d/0"); !ok {
 		t.Error("adopted sandbox d has no record")
 	}
-	select {
-	case <-h.loop.Ready():
-	default:
-		t.Fatal("Ready not closed after Restore")
-	}
 }
 
 func TestRestoreUnderPressure(t *testing.T) {
@@ -370,7 +365,7 @@ func TestTriggerFollowUps(t *testing.T) {
 	h.start(t)
 	syncs := func() int {
 		var n int
-		if err := h.loop.Do(context.Background(), func() { n = h.ev.syncs }); err != nil {
+		if err := h.loop.do(context.Background(), func() { n = h.ev.syncs }); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -26,26 +26,22 @@ const defaultTerminationGracePeriod = 30 * time.Second
 // and replays the live pods as one RESTORE update through admission, oldest
 // first. Restored pods that admission refuses are queued for eviction
 // when EnforceRestored is set (the loop stops them as every other
-// eviction, first), else logged. It must run before Run; it closes
-// Ready when done, once the records it changed are written.
+// eviction, first), else logged. It must run before Run; it returns once
+// the records it changed are written.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 	rep, err := l.restore(ctx)
 	if ferr := l.w.flush(ctx); ferr != nil {
 		l.log.WithError(ferr).Warn("restore: checkpoint writes not finished")
-	}
-	if err == nil {
-		l.readyOnce.Do(func() { close(l.ready) })
 	}
 	return rep, err
 }
 
 // ServeDegraded lets the loop serve although Restore has not succeeded
 // (the runtime cannot be listed: too large an answer, a runtime that stays
-// down): Ready closes, admission works on what it sees from now on, and
-// RetryRestore completes the restore later. It must be called before Run.
+// down): admission works on what it sees from now on, and RetryRestore
+// completes the restore later. It must be called before Run.
 func (l *Loop) ServeDegraded(cause error) {
 	l.degraded.Store(&cause)
-	l.readyOnce.Do(func() { close(l.ready) })
 }
 
 // Degraded returns why the loop serves without a finished restore; nil

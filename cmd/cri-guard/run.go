@@ -136,8 +136,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
-			var added, removed []string
-			if err := loop.Do(ctx, func() { added, removed = ev.SetThresholds(ts, transition) }); err != nil {
+			added, removed, err := loop.SetThresholds(ctx, ts, transition)
+			if err != nil {
 				return err
 			}
 			// unchanged thresholds keep their observation state
