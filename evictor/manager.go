@@ -347,7 +347,7 @@ func (m *Manager) EvictionFailed(e *Eviction, err error) {
 }
 
 // GraceCut records that e's grace period is cut short (the sync loop
-// kills its pod at once) because of what MemoryCritical observed.
+// kills its pod at once) because of what Evaluation.MemoryCritical observed.
 func (m *Manager) GraceCut(e *Eviction, observed string) {
 	m.log.WithFields(evictionFields(e)).WithField("observed", observed).Warn("memory critical during the eviction's grace period: killing the pod now")
 	m.decide(Decision{Time: m.now(), Kind: KindGraceCut, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: "grace period cut short: " + observed})

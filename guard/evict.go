@@ -14,6 +14,13 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
+// inFlight is the eviction whose stop is under way (loop goroutine).
+type inFlight struct {
+	e         *evictor.Eviction
+	sandboxID string // the victim's sandbox
+	graceCut  bool   // its grace period was cut short (cutGrace)
+}
+
 // evict is one eviction, start to end, as the owner runs it: the evictor
 // chose e (or restore queued a refused restored pod); the stop runs off
 // the loop (a grace period may take seconds, and admissions go on
@@ -27,7 +34,7 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	l.evicting, l.victimID, l.graceCut = e, cur.SandboxID, false
+	l.evicting = &inFlight{e: e, sandboxID: cur.SandboxID}
 	victim := cur.Clone()
 	go func() {
 		extra, err := l.stop(e, victim)
@@ -107,17 +114,17 @@ func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container
 // worse. The eviction's own stop returns once the containers are gone and
 // stops the sandbox as usual.
 func (l *Loop) cutGrace() {
-	c, ok := l.ev.(memoryCritical)
-	if l.graceCut || l.victimID == "" || !ok {
+	f := l.evicting
+	if f == nil || f.graceCut {
 		return
 	}
-	why, critical := c.MemoryCritical()
+	why, critical := l.ev.Evaluation().MemoryCritical()
 	if !critical {
 		return
 	}
-	l.graceCut = true
-	c.GraceCut(l.evicting, why)
-	id, fields := l.victimID, podFields(l.evicting.Pod)
+	f.graceCut = true
+	l.ev.GraceCut(f.e, why)
+	id, fields := f.sandboxID, podFields(f.e.Pod)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
 		defer cancel()
@@ -137,7 +144,7 @@ func (l *Loop) cutGrace() {
 // stopped with EvictedAt. A failed or timed-out stop changes nothing but
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
-	l.evicting, l.victimID = nil, ""
+	l.evicting = nil
 	l.lastEvicted, l.lastFailed = l.now(), err != nil
 	if err != nil {
 		l.ev.EvictionFailed(e, err)

@@ -365,7 +365,7 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	h := newRealHarness(t, newMemStore(), rt, time.Second)
 	h.sampler.set(512 << 20)
 	ctx := context.Background()
-	pass := func(why string) {
+	housekeep := func(why pass) {
 		t.Helper()
 		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
 			t.Fatal(err)
@@ -374,14 +374,14 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	}
 	clock := time.Unix(5000, 0)
 	h.loop.now = func() time.Time { return clock }
-	pass("fast-poll")
+	housekeep(passFastPoll)
 	clock = clock.Add(memoryEvictionSpacing / 2)
-	pass("fast-poll") // too soon even on a memory signal
+	housekeep(passFastPoll) // too soon even on a memory signal
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
 		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", memoryEvictionSpacing/2, got)
 	}
 	clock = clock.Add(memoryEvictionSpacing)
-	pass("fast-poll") // within evictionSpacing, after memoryEvictionSpacing
+	housekeep(passFastPoll) // within evictionSpacing, after memoryEvictionSpacing
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
 		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", memoryEvictionSpacing*3/2, got)
 	}
@@ -398,7 +398,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	rt.ctrHang = make(chan struct{})
 	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
 	ctx := context.Background()
-	pass := func(why string) {
+	housekeep := func(why pass) {
 		t.Helper()
 		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
 			t.Fatal(err)
@@ -406,17 +406,17 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	}
 	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ",")+",", "StopContainer c-s1 0,") }
 	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
-	pass("tick")
+	housekeep(passTick)
 	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
-	pass("fast-poll")
+	housekeep(passFastPoll)
 	time.Sleep(20 * time.Millisecond)
 	if n := kills(); n != 0 {
 		t.Fatalf("sandbox stopped %d times during the grace period with memory above half the threshold", n)
 	}
 	h.sampler.set(300 << 20)
-	pass("fast-poll")
+	housekeep(passFastPoll)
 	waitFor(t, func() bool { return kills() == 1 })
-	pass("fast-poll")
+	housekeep(passFastPoll)
 	close(rt.ctrHang) // the kill ended the container
 	h.settled(t)
 	if n := kills(); n != 1 {

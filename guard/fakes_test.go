@@ -266,6 +266,11 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 
 func (e *ruleEvictor) Observe() {}
 
+// Evaluation is never near a threshold: the fast paths stay off.
+func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{} }
+
+func (e *ruleEvictor) GraceCut(*evictor.Eviction, string) {}
+
 // SetThresholds says every threshold is new.
 func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (added, removed []string) {
 	for _, t := range ts {

@@ -48,7 +48,15 @@ type Evictor interface {
 	MarkEvicted(p *pod.Pod, at time.Time)
 	// SetThresholds replaces the thresholds (a reload).
 	SetThresholds(ts []pressure.Threshold, transition time.Duration) (added, removed []string)
+	// Evaluation is what the last sample said: how near a threshold the
+	// node is, whether a memory signal acts, whether it is a moment from
+	// OOM (the fast poll, the eviction spacing, the grace cut).
+	Evaluation() evictor.Evaluation
+	// GraceCut records that e's grace period is cut short.
+	GraceCut(e *evictor.Eviction, observed string)
 }
+
+var _ Evictor = (*evictor.Manager)(nil)
 
 // APIPods is what the API server says of pods (kube.Client.Pod): read from
 // a cache, never blocking.
@@ -117,10 +125,8 @@ type Loop struct {
 	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
 	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
-	evicting    *evictor.Eviction   // the eviction whose stop is under way
+	evicting    *inFlight           // the eviction whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
-	victimID    string              // the sandbox of the eviction under way
-	graceCut    bool                // its grace period was cut short
 	passErr     string              // the error of the last eviction pass, if it failed
 	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
 	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
@@ -219,15 +225,15 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-l.w.ready:
 			l.recordWrites()
 		case <-tick.C:
-			l.housekeeping(ctx, "tick")
+			l.housekeeping(ctx, passTick)
 			fp.schedule()
 		case <-l.trigger:
-			l.housekeeping(ctx, "psi")
+			l.housekeeping(ctx, passTrigger)
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
 			fp.schedule()
 		case <-burst.C:
-			l.housekeeping(ctx, "psi-follow-up")
+			l.housekeeping(ctx, passFollowUp)
 			if burstLeft--; burstLeft > 0 {
 				burst.Reset(psiFollowUpInterval)
 			}
@@ -236,30 +242,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.fastPass(ctx, fp)
 			fp.schedule()
 		case <-refused.C:
-			l.housekeeping(ctx, "restored")
+			l.housekeeping(ctx, passRefused)
 		}
 	}
-}
-
-// memoryCritical is what the loop asks of the evictor (evictor.Manager)
-// to cut an eviction's grace period short, and to record it.
-type memoryCritical interface {
-	MemoryCritical() (string, bool)
-	GraceCut(e *evictor.Eviction, observed string)
-}
-
-// The evictor's optional methods: a drift in their signatures would turn
-// the fast paths off silently.
-var (
-	_ memoryCritical = (*evictor.Manager)(nil)
-	_ memoryMet      = (*evictor.Manager)(nil)
-	_ nearer         = (*evictor.Manager)(nil)
-)
-
-// memoryMet is what the loop asks of the evictor (evictor.Manager) to
-// evict again within evictionSpacing.
-type memoryMet interface {
-	MemoryThresholdMet() bool
 }
 
 // psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
@@ -286,11 +271,37 @@ const (
 
 // SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
 func (l *Loop) SyncOnce(ctx context.Context) error {
-	return l.do(ctx, func() { l.housekeeping(ctx, "manual") })
+	return l.do(ctx, func() { l.housekeeping(ctx, passManual) })
 }
 
+// pass is what started a housekeeping pass.
+type pass int
+
+const (
+	passTick     pass = iota // the housekeeping interval
+	passManual               // SyncOnce
+	passTrigger              // a PSI trigger or a memcg notification (Trigger)
+	passFollowUp             // one of the quick passes after a trigger
+	passFastPoll             // the fast poll near a threshold
+	passRefused              // the next restored pod refused at start-up is due
+)
+
+func (p pass) String() string {
+	return [...]string{"tick", "manual", "trigger", "follow-up", "fast-poll", "restored-refused"}[p]
+}
+
+// quick passes come many times a second while memory is short: they list
+// the runtime's sandboxes at most once per followUpResync.
+func (p pass) quick() bool { return p == passFollowUp || p == passFastPoll }
+
+// spaced passes start the next eviction no sooner than evictionSpacing
+// (memoryEvictionSpacing on a memory signal) after the last settled; the
+// housekeeping tick keeps its own cadence, as the kubelet's one eviction
+// per monitoring interval.
+func (p pass) spaced() bool { return p != passTick && p != passManual }
+
 // housekeeping resyncs with the runtime, then lets the evictor act.
-func (l *Loop) housekeeping(ctx context.Context, why string) {
+func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	if l.wdog != nil {
 		defer l.wdog()
 	}
@@ -298,7 +309,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	// FastPoll.Interval near a threshold): they evaluate the
 	// fresh pressure each time but list the sandboxes (the runtime events
 	// keep the view true in between) at most once per followUpResync.
-	if (why != "psi-follow-up" && why != "fast-poll") || l.now().Sub(l.lastResync) >= followUpResync {
+	if !why.quick() || l.now().Sub(l.lastResync) >= followUpResync {
 		l.lastResync = l.now()
 		l.resync(ctx)
 		l.retryUnsaved()
@@ -321,7 +332,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		}
 		return
 	}
-	if since := l.now().Sub(l.lastEvicted); why != "tick" && why != "manual" && since < evictionSpacing {
+	if since := l.now().Sub(l.lastEvicted); why.spaced() && since < evictionSpacing {
 		// The quick passes (triggers, follow-ups, fast polls) start the
 		// next eviction no sooner than evictionSpacing after the last
 		// settled, as a PSI average still holds the stall the victim
@@ -330,7 +341,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 		// is now, and waits only memoryEvictionSpacing: a second runaway
 		// must not get a second to reach the OOM killer.
 		l.ev.Observe()
-		if m, ok := l.ev.(memoryMet); !ok || l.lastFailed || since < memoryEvictionSpacing || !m.MemoryThresholdMet() {
+		if l.lastFailed || since < memoryEvictionSpacing || !l.ev.Evaluation().MemoryThresholdMet() {
 			return
 		}
 	}
@@ -339,7 +350,7 @@ func (l *Loop) housekeeping(ctx context.Context, why string) {
 	if err != nil {
 		// said once as a warning (the evictor's stats error is in status
 		// and metrics meanwhile), then at debug while it lasts
-		log := l.log.WithError(err).WithField("trigger", why)
+		log := l.log.WithError(err).WithField("trigger", why.String())
 		if l.passErr == "" {
 			log.Warn("eviction pass failed; further failures are logged at debug level until a pass succeeds")
 		} else {

@@ -392,17 +392,17 @@ func TestFollowUpResync(t *testing.T) {
 	}
 	ctx := context.Background()
 	steps := []struct {
-		why       string
+		why       pass
 		advance   time.Duration
 		wantLists int // ListPodSandbox calls after the step, counted from the first
 	}{
-		{"psi", 0, 1},
-		{"psi-follow-up", 100 * time.Millisecond, 1},
-		{"psi-follow-up", 100 * time.Millisecond, 1},
-		{"tick", 100 * time.Millisecond, 2},
-		{"psi-follow-up", 900 * time.Millisecond, 2},
-		{"psi-follow-up", 100 * time.Millisecond, 3},
-		{"manual", 0, 4},
+		{passTrigger, 0, 1},
+		{passFollowUp, 100 * time.Millisecond, 1},
+		{passFollowUp, 100 * time.Millisecond, 1},
+		{passTick, 100 * time.Millisecond, 2},
+		{passFollowUp, 900 * time.Millisecond, 2},
+		{passFollowUp, 100 * time.Millisecond, 3},
+		{passManual, 0, 4},
 	}
 	base, syncs := lists(), h.ev.syncs
 	for i, s := range steps {
