@@ -15,11 +15,13 @@ import (
 const afterRuntimeTimeout = 10 * time.Second
 
 // RunPodSandbox is HandlePodAdditions for one RunPodSandbox, the whole
-// operation in one place: admit p on the loop; when admitted, write its
-// pending record; forward through create (off the loop: the runtime may
-// take seconds); settle the record with the outcome on the loop. A refusal
-// is a *RefusedError; any error means the kubelet gets an error. Once
-// create succeeded, its success is returned whatever the bookkeeping does.
+// operation in one place (the walk in the package doc): admit p on the
+// loop; when admitted, wait for its pending record's write; forward
+// through create (off the loop: the runtime may take seconds); settle the
+// record with the outcome on the loop and wait for its write. The waits
+// are on the caller's goroutine, never on the loop's. A refusal is a
+// *RefusedError; any error means the kubelet gets an error. Once create
+// succeeded, its success is returned whatever the bookkeeping does.
 //
 // create (the server hands it in) forwards the call to the runtime and
 // returns the new sandbox's id; on error, notCreated is true when the
