@@ -47,7 +47,7 @@
 //
 // On the loop, for every pass (pass: the housekeeping tick; a PSI trigger
 // or memcg notification and its follow-ups; the fast poll; the next
-// restored pod refused at start-up; SyncOnce):
+// restored pod refused at start-up; syncOnce, the step tests drive):
 //
 //  1. Resync with the runtime's sandbox list (quick passes at most once a
 //     second) and write again the records whose write failed.

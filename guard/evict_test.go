@@ -146,7 +146,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			ctx := context.Background()
 			h.sampler.set(512 << 20)
 
-			if err := h.loop.SyncOnce(ctx); err != nil {
+			if err := h.loop.syncOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 			h.settled(t)
@@ -170,7 +170,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			}
 
 			tt.mend(rt)
-			if err := h.loop.SyncOnce(ctx); err != nil {
+			if err := h.loop.syncOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 			h.settled(t)
@@ -206,7 +206,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	store := newMemStore()
 	h := newRealHarness(t, store, rt, 10*time.Second)
 	h.sampler.set(512 << 20)
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// the stop is under way (hanging); the kubelet removes the sandbox
@@ -299,7 +299,7 @@ func TestEvictionMessageNamesContainers(t *testing.T) {
 	api := &fakeAPI{pods: map[string]pod.API{}}
 	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
 	h.sampler.set(512 << 20)
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h.settled(t)
@@ -335,7 +335,7 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	}
 	h := newRealHarness(t, store, rt, time.Second)
 	h.sampler.set(512 << 20) // pressure: a pass would stop an evictable pod
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h.settled(t)

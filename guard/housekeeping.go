@@ -27,8 +27,9 @@ const (
 	memoryEvictionSpacing = 100 * time.Millisecond
 )
 
-// SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
-func (l *Loop) SyncOnce(ctx context.Context) error {
+// syncOnce runs one housekeeping pass synchronously on the loop goroutine:
+// the step tests drive.
+func (l *Loop) syncOnce(ctx context.Context) error {
 	return l.do(ctx, func() { l.housekeeping(ctx, passManual) })
 }
 
@@ -37,7 +38,7 @@ type pass int
 
 const (
 	passTick     pass = iota // the housekeeping interval
-	passManual               // SyncOnce
+	passManual               // syncOnce
 	passTrigger              // a PSI trigger or a memcg notification (Trigger)
 	passFollowUp             // one of the quick passes after a trigger
 	passFastPoll             // the fast poll near a threshold

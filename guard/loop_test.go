@@ -124,7 +124,7 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	h.store.mu.Lock()
 	h.store.err = nil
 	h.store.mu.Unlock()
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	flushed(t, h.loop)
@@ -198,7 +198,7 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	h.start(t)
 	h.ev.pressure.Store(true)
 	ctx := context.Background()
-	if err := h.loop.SyncOnce(ctx); err != nil {
+	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s1") })
@@ -209,7 +209,7 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	}
 	// the next pass may stop the second pod only after the first is done
 	waitFor(t, func() bool {
-		_ = h.loop.SyncOnce(ctx)
+		_ = h.loop.syncOnce(ctx)
 		return slices.Contains(h.rt.Calls(), "StopPodSandbox s2")
 	})
 	if got := strings.Count(strings.Join(h.rt.Calls(), ","), "StopPodSandbox"); got != 2 {
@@ -231,7 +231,7 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 	h.rt.mu.Lock()
 	delete(h.rt.sandboxes, "s1")
 	h.rt.mu.Unlock()
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.loop.Pods()); n != 0 {

@@ -90,7 +90,7 @@ func TestSlowStoreDoesNotHoldTheLoop(t *testing.T) {
 	h.sampler.set(512 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := h.loop.SyncOnce(ctx); err != nil {
+	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatalf("housekeeping pass with the state disk held: %v", err)
 	}
 	h.settled(t)
