@@ -311,6 +311,29 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	return e, nil
 }
 
+// DefaultTerminationGracePeriod is the API's default
+// terminationGracePeriodSeconds: the grace of a restored pod refused at
+// start-up when neither the API nor its containers say its own.
+const DefaultTerminationGracePeriod = 30 * time.Second
+
+// EvictRestored is the eviction of a restored pod that Admit refused at
+// start-up with r (restoredPods: enforce): the kubelet rejects such a pod
+// when it restarts and kills it with its own terminationGracePeriodSeconds.
+// The signal is that of the threshold that acts, if one does. Nil in dry
+// run, where the choice is only logged and recorded.
+func (m *Manager) EvictRestored(p *pod.Pod, r Result) *Eviction {
+	e := &Eviction{Pod: p, Grace: DefaultTerminationGracePeriod, Message: r.Message, Restored: true}
+	if len(m.result.Met) > 0 {
+		e.Signal = m.result.Met[0].Threshold.Signal
+	}
+	if m.cfg.DryRun {
+		m.log.WithFields(evictionFields(e)).Warn("dry run: would evict restored pod")
+		m.decide(Decision{Time: m.now(), Kind: KindDryRun, Pod: podRef(p), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message, Restored: true})
+		return nil
+	}
+	return e
+}
+
 // PodGrace is the grace period the pod is stopped with, given its
 // terminationGracePeriodSeconds when the runtime knows it (known): for a
 // soft threshold min(MaxPodGracePeriod, TGPS), as the kubelet's

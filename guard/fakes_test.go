@@ -270,6 +270,10 @@ func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluatio
 
 func (e *ruleEvictor) GraceCut(*evictor.Eviction, string) {}
 
+func (e *ruleEvictor) EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction {
+	return &evictor.Eviction{Pod: p, Grace: evictor.DefaultTerminationGracePeriod, Message: r.Message, Restored: true}
+}
+
 // SetThresholds says every threshold is new.
 func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (added, removed []string) {
 	for _, t := range ts {

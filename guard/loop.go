@@ -54,6 +54,9 @@ type Evictor interface {
 	Evaluation() evictor.Evaluation
 	// GraceCut records that e's grace period is cut short.
 	GraceCut(e *evictor.Eviction, observed string)
+	// EvictRestored is the eviction of a restored pod Admit refused at
+	// start-up (nil in dry run).
+	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
 }
 
 var _ Evictor = (*evictor.Manager)(nil)

@@ -17,11 +17,6 @@ type RestoreReport struct {
 	Records, Dropped, Completed, Adopted, Admitted, Refused, Evicting int
 }
 
-// defaultTerminationGracePeriod is the API's default
-// terminationGracePeriodSeconds: the grace of a restored pod refused at
-// start-up when neither the API nor its containers say its own.
-const defaultTerminationGracePeriod = 30 * time.Second
-
 // Restore loads the checkpoints, reconciles them with what the runtime runs,
 // and replays the live pods as one RESTORE update through admission, oldest
 // first. Restored pods that admission refuses are queued for eviction
@@ -153,8 +148,12 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod would be refused (restoredPods: warn)")
 			continue
 		}
+		e := l.ev.EvictRestored(p.Clone(), r)
+		if e == nil {
+			continue // dry run
+		}
 		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: queued for eviction")
-		l.refused = append(l.refused, &evictor.Eviction{Pod: p.Clone(), Grace: defaultTerminationGracePeriod, Message: r.Message, Restored: true})
+		l.refused = append(l.refused, e)
 		rep.Evicting++
 	}
 	l.publish()
