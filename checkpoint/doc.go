@@ -11,7 +11,10 @@
 // rename, fsync the directory). A file that is corrupt, truncated, fails its
 // checksum or has an unknown version is moved to "<dir>/quarantine/" and
 // logged; it never stops the store. A file over MaxRecordSize is
-// quarantined without being read whole.
+// quarantined without being read whole. A record that would be larger is
+// written without its largest labels and annotations, never those the
+// critical rules classify the pod by (WithRules: the configured priority
+// key included) nor the grace period's.
 //
 // One store per directory: New takes an exclusive flock on "<dir>/.lock"
 // (a second cri-guard on the same state directory is refused) and warns

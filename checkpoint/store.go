@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +35,8 @@ type Store struct {
 	seed  maphash.Seed
 	locks [lockStripes]sync.Mutex
 	lockf *os.File // holds the directory's flock while the store is open
+	// kept are the annotations a trimmed record never leaves out
+	kept []string
 }
 
 // lockFile is the file whose flock marks the directory as in use.
@@ -58,14 +59,17 @@ func (s *Store) Close() error {
 // New opens (creating with mode 0700 if needed) the checkpoint directory dir
 // and removes temp files left by interrupted writes. log receives one line
 // per quarantined or removed file.
-func New(dir string, log *logrus.Entry) (*Store, error) {
+func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
 	if dir == "" {
 		return nil, errors.New("checkpoint store: empty directory")
 	}
 	if log == nil {
 		log = logrus.NewEntry(logrus.StandardLogger())
 	}
-	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed()}
+	s := &Store{dir: dir, log: log, now: time.Now, seed: maphash.MakeSeed(), kept: keptAnnotations(pod.CriticalRules{})}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create checkpoint dir %q: %w", dir, err)
 	}
@@ -145,59 +149,6 @@ func (s *Store) Put(r Record) error {
 		return fmt.Errorf("put checkpoint %q: %w", r.Pod.Key(), err)
 	}
 	return nil
-}
-
-// keptAnnotations are never left out of a record: what the critical rules
-// classify a pod by, should restore have only the record to go by.
-var keptAnnotations = []string{pod.AnnotationConfigSource, pod.AnnotationConfigMirror, pod.AnnotationCriticalPod,
-	pod.DefaultPriorityAnnotation, pod.AnnotationTerminationGracePeriod}
-
-// fit encodes r within MaxRecordSize by leaving out its largest labels and
-// annotations first, never keptAnnotations.
-func (s *Store) fit(r Record) ([]byte, error) {
-	type entry struct {
-		label bool
-		key   string
-		size  int
-	}
-	var entries []entry
-	for k, v := range r.Pod.Labels {
-		entries = append(entries, entry{true, k, len(k) + len(v)})
-	}
-	for k, v := range r.Pod.Annotations {
-		if !slices.Contains(keptAnnotations, k) {
-			entries = append(entries, entry{false, k, len(k) + len(v)})
-		}
-	}
-	slices.SortFunc(entries, func(a, b entry) int { return b.size - a.size })
-	trimmed := r
-	trimmed.Pod.Labels, trimmed.Pod.Annotations = maps.Clone(r.Pod.Labels), maps.Clone(r.Pod.Annotations)
-	data, err := encode(trimmed)
-	dropped := 0
-	for err == nil && len(data) > MaxRecordSize && dropped < len(entries) {
-		// drop the largest entries worth the excess (JSON escaping can
-		// make an entry take more room than its bytes), then measure again
-		excess := len(data) - MaxRecordSize
-		for freed := 0; freed < excess && dropped < len(entries); dropped++ {
-			e := entries[dropped]
-			if e.label {
-				delete(trimmed.Pod.Labels, e.key)
-			} else {
-				delete(trimmed.Pod.Annotations, e.key)
-			}
-			freed += e.size
-		}
-		data, err = encode(trimmed)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxRecordSize {
-		return nil, fmt.Errorf("put checkpoint %q: %d bytes without its labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), MaxRecordSize)
-	}
-	s.log.WithField("pod_uid", r.Pod.UID).WithField("left_out", dropped).
-		Warn("checkpoint record over the size limit: its largest labels and annotations left out (restore takes them from containerd)")
-	return data, nil
 }
 
 // writeAtomic writes data to dir/name via a unique temp file, fsync, rename

@@ -11,6 +11,13 @@
 //     returns an Eviction, the caller stops the pod and reports the outcome
 //     with Evicted (counted, the re-admission guard armed) or
 //     EvictionFailed (counted as a failure; the pod stays a candidate).
+//   - EvictRestored is the eviction of a restored pod Admit refused at
+//     start-up (the kubelet's rejectPod on a restart: the pod's own grace
+//     period); in dry run, as for Synchronize, the choice is only recorded.
+//   - Evaluation is the last evaluation as a plain value: how near a
+//     threshold the node is, whether a memory signal acts, whether it is
+//     a moment from OOM; the sync loop times its passes and cuts a grace
+//     period short by it (GraceCut records the cut).
 //
 // Snapshot is the one view of its state that status and metrics show: the
 // observations, every threshold as the last evaluation saw it and the last

@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
@@ -259,6 +257,11 @@ type Eviction struct {
 	Signal pressure.Signal
 	// Message is the kubelet's eviction message.
 	Message string
+	// Restored is set for a restored pod that admission refused at
+	// start-up (the kubelet's rejectPod on a restart): no override, it is
+	// stopped with its own terminationGracePeriodSeconds, Grace when that
+	// is not known.
+	Restored bool
 }
 
 // Synchronize is one pass of the eviction loop: sample, evaluate, rank the
@@ -308,12 +311,39 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	return e, nil
 }
 
+// DefaultTerminationGracePeriod is the API's default
+// terminationGracePeriodSeconds: the grace of a restored pod refused at
+// start-up when neither the API nor its containers say its own.
+const DefaultTerminationGracePeriod = 30 * time.Second
+
+// EvictRestored is the eviction of a restored pod that Admit refused at
+// start-up with r (restoredPods: enforce): the kubelet rejects such a pod
+// when it restarts and kills it with its own terminationGracePeriodSeconds.
+// The signal is that of the threshold that acts, if one does. Nil in dry
+// run, where the choice is only logged and recorded.
+func (m *Manager) EvictRestored(p *pod.Pod, r Result) *Eviction {
+	e := &Eviction{Pod: p, Grace: DefaultTerminationGracePeriod, Message: r.Message, Restored: true}
+	if len(m.result.Met) > 0 {
+		e.Signal = m.result.Met[0].Threshold.Signal
+	}
+	if m.cfg.DryRun {
+		m.log.WithFields(evictionFields(e)).Warn("dry run: would evict restored pod")
+		m.decide(Decision{Time: m.now(), Kind: KindDryRun, Pod: podRef(p), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message, Restored: true})
+		return nil
+	}
+	return e
+}
+
 // PodGrace is the grace period the pod is stopped with, given its
 // terminationGracePeriodSeconds when the runtime knows it (known): for a
 // soft threshold min(MaxPodGracePeriod, TGPS), as the kubelet's
 // synchronize computes it (with AllowOverwriteTerminationGracePeriodSeconds
-// off, as in 1.34); for a hard one HardGracePeriod.
+// off, as in 1.34); for a hard one HardGracePeriod; for a restored pod
+// refused at start-up TGPS itself.
 func (e *Eviction) PodGrace(tgps time.Duration, known bool) time.Duration {
+	if e.Restored && known {
+		return tgps
+	}
 	if !e.Hard && known && tgps < e.Grace {
 		return tgps
 	}
@@ -338,7 +368,7 @@ func (m *Manager) EvictionFailed(e *Eviction, err error) {
 }
 
 // GraceCut records that e's grace period is cut short (the sync loop
-// kills its pod at once) because of what MemoryCritical observed.
+// kills its pod at once) because of what Evaluation.MemoryCritical observed.
 func (m *Manager) GraceCut(e *Eviction, observed string) {
 	m.log.WithFields(evictionFields(e)).WithField("observed", observed).Warn("memory critical during the eviction's grace period: killing the pod now")
 	m.decide(Decision{Time: m.now(), Kind: KindGraceCut, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: "grace period cut short: " + observed})
@@ -348,27 +378,6 @@ func evictionFields(e *Eviction) logrus.Fields {
 	p := e.Pod
 	return logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID,
 		"pod_sandbox_id": p.SandboxID, "qos": p.QOS, "signal": e.Signal}
-}
-
-// evictionMessage is the kubelet's message for an evicted pod.
-func evictionMessage(met pressure.Met) string {
-	if met.Threshold.Signal.IsPSI() {
-		return fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s > %s, observed: %s. ",
-			met.Threshold.Signal, met.Threshold.Value.String(), met.Observed.String())
-	}
-	return fmt.Sprintf("The node was low on resource: memory. Threshold quantity: %s, available: %s. ",
-		thresholdQuantity(met), met.Observed.String())
-}
-
-// thresholdQuantity is the threshold as the kubelet prints it
-// (evictionapi.GetThresholdQuantity): a quantity as given, a percentage
-// resolved against the observed capacity, in bytes (BinarySI), e.g.
-// "429496736" for 10% of 4Gi.
-func thresholdQuantity(met pressure.Met) string {
-	if q := met.Threshold.Value.Quantity; q != nil {
-		return q.String()
-	}
-	return resource.NewQuantity(met.Threshold.Value.Bytes(met.Observed.Capacity), resource.BinarySI).String()
 }
 
 func (m *Manager) logCandidates(ranked []Candidate, met pressure.Met) {
@@ -387,31 +396,4 @@ func (m *Manager) MarkEvicted(p *pod.Pod, at time.Time) {
 	if _, ok := m.evicted[p.UID]; !ok {
 		m.evicted[p.UID] = evictedPod{pod: p, at: at}
 	}
-}
-
-// ContainerMemory is one container of an evicted pod for its message: its
-// memory working set and its memory request (Request nil: not known, as
-// for a Burstable pod without the API; it then gets no sentence).
-type ContainerMemory struct {
-	Name            string
-	WorkingSetBytes int64
-	Request         *resource.Quantity
-}
-
-// ContainerMessage is what the kubelet's evictionMessage adds for each
-// container using more memory than it requests ("Container c was using
-// 120Mi, request is 0, has larger consumption of memory. "), in the order
-// given; usage equal to the request is not more.
-func ContainerMessage(cs []ContainerMemory) string {
-	var b strings.Builder
-	for _, c := range cs {
-		if c.Request == nil {
-			continue
-		}
-		usage := resource.NewQuantity(c.WorkingSetBytes, resource.BinarySI)
-		if usage.Cmp(*c.Request) > 0 {
-			fmt.Fprintf(&b, "Container %s was using %s, request is %s, has larger consumption of memory. ", c.Name, usage.String(), c.Request.String())
-		}
-	}
-	return b.String()
 }

@@ -4,26 +4,45 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
-// NearThreshold reports whether the last evaluation met a threshold or saw
-// a memory signal within margin bytes of its threshold: the sync loop
-// polls fast while it is (the fast poll). PSI thresholds are not
-// considered: their averages move slowly and have their own trigger. False
-// before the first sample or while stats cannot be read.
-func (m *Manager) NearThreshold(margin int64) bool {
+// Evaluation is what the last sample said, as the sync loop needs it to
+// time its passes: how near a threshold the node is, whether a memory
+// signal acts, whether the node is a moment from OOM. A plain value: the
+// zero Evaluation (no sample yet, or stats unreadable) says no to all.
+type Evaluation struct {
+	// Observations are the last sample's signals.
+	Observations map[pressure.Signal]pressure.Observation
+	// Thresholds are the thresholds evaluated.
+	Thresholds []pressure.Threshold
+	// Met are the thresholds that act (pressure.Result.Met).
+	Met []pressure.Met
+}
+
+// Evaluation returns the last evaluation; the zero value before the
+// first sample or while stats cannot be read.
+func (m *Manager) Evaluation() Evaluation {
 	if m.statsErr != nil || m.lastSample.IsZero() {
-		return false
+		return Evaluation{}
 	}
-	if len(m.result.Met) > 0 {
+	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met}
+}
+
+// NearThreshold reports whether a threshold acts or a memory signal is
+// within margin bytes of its threshold: the sync loop polls fast while it
+// is (the fast poll). PSI thresholds are not considered: their averages
+// move slowly and have their own trigger.
+func (e Evaluation) NearThreshold(margin int64) bool {
+	if len(e.Met) > 0 {
 		return true
 	}
-	obs := m.sample.Observations()
-	for _, t := range m.eval.Thresholds() {
+	for _, t := range e.Thresholds {
 		if t.Signal.IsPSI() {
 			continue
 		}
-		o, ok := obs[t.Signal]
+		o, ok := e.Observations[t.Signal]
 		if !ok {
 			continue
 		}
@@ -34,16 +53,13 @@ func (m *Manager) NearThreshold(margin int64) bool {
 	return false
 }
 
-// MemoryThresholdMet reports whether the last evaluation acts on a memory
-// signal (memory.available, allocatableMemory.available): an observation
-// of now, unlike a PSI average, which still holds a stall for seconds
-// after its cause is gone. The sync loop lets a quick pass start the next
+// MemoryThresholdMet reports whether a threshold on a memory signal
+// (memory.available, allocatableMemory.available) acts: an observation of
+// now, unlike a PSI average, which still holds a stall for seconds after
+// its cause is gone. The sync loop lets a quick pass start the next
 // eviction 100 ms after the last one settled, not 1 s, when this is true.
-func (m *Manager) MemoryThresholdMet() bool {
-	if m.statsErr != nil {
-		return false
-	}
-	for _, met := range m.result.Met {
+func (e Evaluation) MemoryThresholdMet() bool {
+	for _, met := range e.Met {
 		if !met.Threshold.Signal.IsPSI() {
 			return true
 		}
@@ -51,21 +67,17 @@ func (m *Manager) MemoryThresholdMet() bool {
 	return false
 }
 
-// MemoryCritical reports whether the last sample has a memory signal below
-// half of a hard threshold on it, and says which: the node is then a
-// moment from the kernel's OOM killer, and the sync loop cuts short the
-// grace period of the eviction under way (its victim is killed at once
-// rather than a process the OOM killer would pick).
-func (m *Manager) MemoryCritical() (string, bool) {
-	if m.statsErr != nil || m.lastSample.IsZero() {
-		return "", false
-	}
-	obs := m.sample.Observations()
-	for _, t := range m.eval.Thresholds() {
+// MemoryCritical reports whether a memory signal is below half of a hard
+// threshold on it, and says which: the node is then a moment from the
+// kernel's OOM killer, and the sync loop cuts short the grace period of
+// the eviction under way (its victim is killed at once rather than a
+// process the OOM killer would pick).
+func (e Evaluation) MemoryCritical() (string, bool) {
+	for _, t := range e.Thresholds {
 		if !t.Hard || t.Signal.IsPSI() {
 			continue
 		}
-		o, ok := obs[t.Signal]
+		o, ok := e.Observations[t.Signal]
 		if !ok {
 			continue
 		}

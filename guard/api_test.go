@@ -57,9 +57,9 @@ func TestAPIReports(t *testing.T) {
 	}}
 	rt := newFakeRuntime()
 	rt.addSandbox("s-victim", "victim", 0, true, time.Unix(1, 0))
-	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api)
+	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
 	h.sampler.set(512 << 20)
-	if err := h.loop.SyncOnce(context.Background()); err != nil { // under pressure: MemoryPressure, and the victim is stopped
+	if err := h.loop.syncOnce(context.Background()); err != nil { // under pressure: MemoryPressure, and the victim is stopped
 		t.Fatal(err)
 	}
 	h.settled(t)

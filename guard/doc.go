@@ -1,41 +1,93 @@
 // Package guard is cri-guard's sync loop, the one goroutine that owns pod
-// state, as the kubelet's syncLoopIteration does. Every pod record and every
-// checkpoint write or delete happens on it, in order; nothing rewrites a
-// record from a stale copy.
+// state, as the kubelet's syncLoopIteration does. Every pod record is
+// decided and changed on it; nothing rewrites a record from a stale copy;
+// readers get snapshots (Pods).
 //
-// A sandbox change is one operation of the owner, start to end:
+// The loop never waits on a disk. A changed record is handed to the writer
+// (writer.go), which writes it durably off the loop (checkpoint.Put: fsync,
+// rename, directory fsync): one write per record at a time, each with a
+// sequence number, a later write superseding a waiting one; the outcomes
+// come back through the loop's queue (recordWrites). A record whose write
+// failed (full disk) is kept in memory and written again each housekeeping
+// pass: bookkeeping never refuses a pod.
 //
-//   - RunPodSandbox (sandbox.go): admit, write the pending record, forward
-//     through the function the server hands in (off the loop), settle the
-//     record with the runtime's answer.
-//   - An eviction (evict.go): the evictor chooses; the loop stops the pod
-//     off the loop goroutine, bounded by the grace period plus StopTimeout;
-//     the outcome comes back to the loop, which records it. Only a stop that
-//     happened (or a sandbox already gone) counts, arms the re-admission
-//     guard and marks the record; a failed or timed-out stop leaves the pod
-//     ready and ranked for the next pass. One eviction at a time; quick
-//     passes (PSI trigger and follow-ups, memcg notification, fast poll)
-//     start the next 100 ms after the last settled when a memory signal is
-//     still met in a fresh sample, and 1 s after it on a PSI average alone
-//     or after a failed stop. A sample during the grace period with a
-//     memory signal under half of a hard threshold cuts it short: the
-//     victim's containers are killed at once (evict.go cutGrace).
-//   - StopPodSandbox/RemovePodSandbox through cri-guard, runtime events and
-//     housekeeping resyncs update or drop records on the loop.
+// A sandbox change is one operation of the owner, start to end, each owned
+// by one function.
 //
-// With an API connection (Options.API and Reporter, kube.Client) pods are
-// completed with what the API says before each decision (priority, requests,
-// grace period, tolerations), a refused first attempt is reported as the
-// kubelet's rejectPod and an eviction once its stop happened; both are
-// queued, never waited for. A record whose write failed (full disk) is kept
-// in memory and written again each housekeeping pass: bookkeeping never
-// refuses a pod.
+// # The walk of a RunPodSandbox (Loop.RunPodSandbox, sandbox.go)
+//
+// On the server's goroutine for the call, with the kubelet's deadline:
+//
+//  1. Admit, on the loop (admitAddition): the pod is completed with what
+//     the API says of it, the evictor's Admit decides on the conditions of
+//     the last evaluation. A refusal is logged, reported as the kubelet's
+//     rejectPod when it is the first attempt of a pod the API knows, and
+//     returned as a *RefusedError (the server answers ResourceExhausted
+//     "<reason>: <message>"): containerd never sees the pod. A retry of an
+//     attempt that already has a sandbox keeps its record as it is.
+//     Otherwise the pod is recorded pending in memory and its record's
+//     write queued.
+//  2. Wait for the pending record's write, on the caller's goroutine: the
+//     record is on disk before the runtime sees the pod, so a crash in
+//     between leaves a record that start-up reconciles. A failed write does
+//     not hold the pod back; a deadline that ends first drops the record
+//     and fails the call unforwarded.
+//  3. Forward through create, the function the server hands in, off the
+//     loop.
+//  4. Settle on the loop, bounded by afterRuntimeTimeout whatever the
+//     kubelet's deadline: settleCreated records the sandbox id and the
+//     ready state and queues the write; settleFailed drops the pending
+//     record when the runtime's answer says for certain that no sandbox
+//     exists, and keeps it for start-up otherwise.
+//  5. Wait for the settled record's write (bounded the same), then answer
+//     with the runtime's answer, unchanged: a call is never failed after
+//     containerd succeeded.
+//
+// # The walk of an eviction (Loop.housekeeping, housekeeping.go; evict.go)
+//
+// On the loop, for every pass (pass: the housekeeping tick; a PSI trigger
+// or memcg notification and its follow-ups; the fast poll; the next
+// restored pod refused at start-up; syncOnce, the step tests drive):
+//
+//  1. Resync with the runtime's sandbox list (quick passes at most once a
+//     second) and write again the records whose write failed.
+//  2. An eviction under way (inFlight): sample only, so that admission
+//     reads current conditions, and cut its grace period short when the
+//     last evaluation has a memory signal under half of a hard threshold
+//     (cutGrace: the victim's containers are killed with no grace, off the
+//     loop, once, recorded). One eviction at a time.
+//  3. Restored pods that admission refused at start-up (Restore queues
+//     them, restoredPods: enforce) come first, a second apart.
+//  4. A quick pass starts the next eviction no sooner than evictionSpacing
+//     after the last settled, memoryEvictionSpacing when the evaluation
+//     has a memory signal met and the last stop succeeded.
+//  5. The evictor's Synchronize samples, evaluates, ranks the active pods
+//     and chooses one (or none).
+//  6. evict marks the eviction in flight and stops the victim off the loop
+//     (stop): the kubelet's message for its containers over their request
+//     from their stats, then killContainers with the eviction's grace
+//     against the pod's terminationGracePeriodSeconds (its own, for a
+//     refused restored pod; 2 s at least), then StopPodSandbox, bounded by
+//     the grace plus StopTimeout.
+//  7. The outcome comes back to the loop (settleEviction). Only a stop that
+//     happened (or a sandbox already gone) counts: the evictor records it
+//     and arms the re-admission guard, the record is marked stopped with
+//     EvictedAt (so the guard survives a restart) and the API is told. A
+//     failed or timed-out stop leaves the pod ready and ranked for the next
+//     pass.
+//
+// StopPodSandbox and RemovePodSandbox through cri-guard, runtime events
+// (RunEvents) and housekeeping resyncs update or drop records on the loop.
+// With an API connection (Options.API and Reporter, kube.Client) reports
+// are queued, never waited for.
 //
 // Restore replays checkpoints through admission before Run, taking from
 // containerd what it can tell (the sandbox's own config) and from the
 // record only what only cri-guard knows; when it cannot finish, the loop
 // serves degraded (ServeDegraded) and RetryRestore completes it on the
-// loop later. It imports pod,
-// evictor, checkpoint and runtimeproxy (their types, through small
-// interfaces); it never imports server. Readers get snapshots.
+// loop later.
+//
+// Package guard imports pod, evictor, pressure, checkpoint and
+// runtimeproxy (their types, through small interfaces); it never imports
+// server.
 package guard

@@ -14,9 +14,17 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
+// inFlight is the eviction whose stop is under way (loop goroutine).
+type inFlight struct {
+	e         *evictor.Eviction
+	sandboxID string // the victim's sandbox
+	graceCut  bool   // its grace period was cut short (cutGrace)
+}
+
 // evict is one eviction, start to end, as the owner runs it: the evictor
-// chose e; the stop runs off the loop (a grace period may take seconds, and
-// admissions go on meanwhile), bounded by e.Grace + StopTimeout; its outcome
+// chose e (or restore queued a refused restored pod); the stop runs off
+// the loop (a grace period may take seconds, and admissions go on
+// meanwhile), bounded by the grace period plus StopTimeout; its outcome
 // comes back to the loop, which records it (settleEviction). Until then no
 // other pod is chosen, as the kubelet waits for its victim's cleanup.
 func (l *Loop) evict(e *evictor.Eviction) {
@@ -26,21 +34,10 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	l.evicting, l.victimID, l.graceCut = e, cur.SandboxID, false
+	l.evicting = &inFlight{e: e, sandboxID: cur.SandboxID}
 	victim := cur.Clone()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), e.Grace+l.cfg.StopTimeout)
-		// the kubelet's message names the containers over their request,
-		// from their stats before the stop
-		extra := l.containerMessage(ctx, victim)
-		err := l.stopPod(ctx, victim, func(ctrs []*runtimeapi.Container) time.Duration {
-			if victim.HasTerminationGracePeriod { // from the API
-				return e.PodGrace(victim.TerminationGracePeriod, true)
-			}
-			tgps, known := terminationGracePeriod(ctrs)
-			return e.PodGrace(tgps, known)
-		})
-		cancel()
+		extra, err := l.stop(e, victim)
 		l.post(func() {
 			if err == nil {
 				e.Message += extra
@@ -48,6 +45,61 @@ func (l *Loop) evict(e *evictor.Eviction) {
 			l.settleEviction(e, victim.SandboxID, err)
 		})
 	}()
+}
+
+// stop stops an eviction's victim as the kubelet's killPod does through
+// the runtime: every container with the grace period the eviction gives
+// it, then the sandbox; the containers' listing is bounded by StopTimeout,
+// the stops by the grace period plus StopTimeout. It returns the kubelet's
+// sentences for the containers over their request, from their stats
+// before the stop. A sandbox or container that is already gone counts as
+// stopped (the runtime client answers NotFound with nil).
+func (l *Loop) stop(e *evictor.Eviction, victim *pod.Pod) (extra string, err error) {
+	lctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
+	defer cancel()
+	extra = l.containerMessage(lctx, victim)
+	ctrs, err := l.rt.ListContainers(lctx, &runtimeapi.ContainerFilter{PodSandboxId: victim.SandboxID})
+	if err != nil {
+		return "", fmt.Errorf("stop pod %q: %w", victim.String(), err)
+	}
+	grace := max(podGrace(e, victim, ctrs), minimumStopGrace)
+	ctx, cancel := context.WithTimeout(context.Background(), grace+l.cfg.StopTimeout)
+	defer cancel()
+	err = l.killContainers(ctx, ctrs, grace)
+	if serr := l.rt.StopPodSandbox(ctx, victim.SandboxID); serr != nil {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("stop pod %q: %w", victim.String(), err)
+	}
+	return extra, nil
+}
+
+// killContainers stops the running containers of ctrs, each with grace
+// (whole seconds; 0 kills at once): the one container stop of an eviction
+// and of its grace cut.
+func (l *Loop) killContainers(ctx context.Context, ctrs []*runtimeapi.Container, grace time.Duration) error {
+	var errs []error
+	for _, c := range ctrs {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		if err := l.rt.StopContainer(ctx, c.GetId(), int64(grace/time.Second)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podGrace is the grace period e gives the victim's containers, against
+// the pod's terminationGracePeriodSeconds as the API says it, else as the
+// kubelet annotated its containers.
+func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container) time.Duration {
+	if victim.HasTerminationGracePeriod {
+		return e.PodGrace(victim.TerminationGracePeriod, true)
+	}
+	tgps, known := terminationGracePeriod(ctrs)
+	return e.PodGrace(tgps, known)
 }
 
 // cutGrace kills the victim's containers at once (StopContainer with no
@@ -62,25 +114,23 @@ func (l *Loop) evict(e *evictor.Eviction) {
 // worse. The eviction's own stop returns once the containers are gone and
 // stops the sandbox as usual.
 func (l *Loop) cutGrace() {
-	c, ok := l.ev.(memoryCritical)
-	if l.graceCut || l.victimID == "" || !ok {
+	f := l.evicting
+	if f == nil || f.graceCut {
 		return
 	}
-	why, critical := c.MemoryCritical()
+	why, critical := l.ev.Evaluation().MemoryCritical()
 	if !critical {
 		return
 	}
-	l.graceCut = true
-	c.GraceCut(l.evicting, why)
-	id, fields := l.victimID, podFields(l.evicting.Pod)
+	f.graceCut = true
+	l.ev.GraceCut(f.e, why)
+	id, fields := f.sandboxID, podFields(f.e.Pod)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
 		defer cancel()
 		ctrs, err := l.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: id})
-		for _, ct := range ctrs {
-			if ct.GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING {
-				err = errors.Join(err, l.rt.StopContainer(ctx, ct.GetId(), 0))
-			}
+		if err == nil {
+			err = l.killContainers(ctx, ctrs, 0)
 		}
 		if err != nil {
 			l.log.WithFields(fields).WithError(err).Warn("kill of the evicted pod's containers failed; its stop goes on")
@@ -94,7 +144,7 @@ func (l *Loop) cutGrace() {
 // stopped with EvictedAt. A failed or timed-out stop changes nothing but
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
-	l.evicting, l.victimID = nil, ""
+	l.evicting = nil
 	l.lastEvicted, l.lastFailed = l.now(), err != nil
 	if err != nil {
 		l.ev.EvictionFailed(e, err)
@@ -113,11 +163,37 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 	}
 	p.State = pod.StateStopped
 	p.EvictedAt = l.now()
-	_ = l.checkpoint(p) // logged; the guard is in the evictor's memory meanwhile
+	l.save(p) // the guard is in the evictor's memory meanwhile
 	l.publish()
 	l.log.WithFields(podFields(p)).Info("pod evicted")
 	if l.report != nil {
 		l.report.Evicted(p, e.Message)
+	}
+}
+
+// nextRefused returns the first restored pod refused at start-up that is
+// still a ready sandbox of the loop, and forgets those before it that are
+// not (evicted, stopped or removed meanwhile) (loop goroutine). A failed
+// stop leaves the pod first: it is tried again.
+func (l *Loop) nextRefused() *evictor.Eviction {
+	for len(l.refused) > 0 {
+		e := l.refused[0]
+		if p, ok := l.pods[e.Pod.Key()]; ok && p.State == pod.StateReady && p.SandboxID == e.Pod.SandboxID {
+			return e
+		}
+		l.refused = l.refused[1:]
+	}
+	return nil
+}
+
+// armRefused sets t for the pass that evicts the next restored pod
+// refused at start-up: evictionSpacing after the last eviction settled;
+// stopped while an eviction is under way or none is queued (loop
+// goroutine).
+func (l *Loop) armRefused(t *time.Timer) {
+	t.Stop()
+	if l.evicting == nil && l.nextRefused() != nil {
+		t.Reset(max(0, evictionSpacing-l.now().Sub(l.lastEvicted)))
 	}
 }
 
@@ -175,39 +251,12 @@ func (l *Loop) containerMessage(ctx context.Context, p *pod.Pod) string {
 	return evictor.ContainerMessage(cs)
 }
 
-// minimumStopGrace is the least time a container is given to stop: the
+// minimumStopGrace is the least time an evicted pod's container is given
+// to stop (a grace cut aside): the
 // kubelet's killContainer raises any grace period, an eviction's override
 // included, to minimumGracePeriodInSeconds
 // (pkg/kubelet/kuberuntime/kuberuntime_container.go).
 const minimumStopGrace = 2 * time.Second
-
-// stopPod stops every container of the sandbox with the grace period grace
-// gives for them, then the sandbox (what the kubelet's killPod does through
-// the runtime). A sandbox or container that is already gone counts as
-// stopped (the runtime client answers NotFound with nil).
-func (l *Loop) stopPod(ctx context.Context, p *pod.Pod, grace func([]*runtimeapi.Container) time.Duration) error {
-	ctrs, err := l.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{PodSandboxId: p.SandboxID})
-	if err != nil {
-		return fmt.Errorf("stop pod %q: %w", p.String(), err)
-	}
-	timeout := int64(max(grace(ctrs), minimumStopGrace) / time.Second)
-	var errs []error
-	for _, c := range ctrs {
-		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
-			continue
-		}
-		if err := l.rt.StopContainer(ctx, c.GetId(), timeout); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := l.rt.StopPodSandbox(ctx, p.SandboxID); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("stop pod %q: %w", p.String(), err)
-	}
-	return nil
-}
 
 // terminationGracePeriod is the pod's terminationGracePeriodSeconds as the
 // kubelet annotated its containers; known is false when none carries it.
@@ -244,15 +293,13 @@ func (l *Loop) resync(ctx context.Context) {
 		switch {
 		case !ok:
 			l.log.WithFields(podFields(p)).Info("sandbox is gone from the runtime")
-			if err := l.store.Delete(key); err != nil {
-				l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-			}
+			l.drop(key)
 			delete(l.pods, key)
 			changed = true
 		case st != runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateReady:
 			l.log.WithFields(podFields(p)).Info("sandbox is no longer ready")
 			p.State = pod.StateStopped
-			_ = l.checkpoint(p)
+			l.save(p)
 			changed = true
 		case st == runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateStopped:
 			// a record older than its sandbox's state (written by a
@@ -260,7 +307,7 @@ func (l *Loop) resync(ctx context.Context) {
 			// runtime's word wins, and the pod is a candidate again
 			l.log.WithFields(podFields(p)).Info("sandbox is ready again")
 			p.State = pod.StateReady
-			_ = l.checkpoint(p)
+			l.save(p)
 			changed = true
 		}
 	}

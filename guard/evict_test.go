@@ -51,18 +51,18 @@ type realHarness struct {
 
 func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration) *realHarness {
 	t.Helper()
-	return newRealHarnessWith(t, store, rt, stopTimeout, nil)
+	return newRealHarnessWith(t, store, rt, stopTimeout, nil, 3<<30)
 }
 
 // newRealHarnessWith is newRealHarness with an API server stand-in (nil:
-// CRI only).
-func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI) *realHarness {
+// CRI only) and the node's memory.available at restore.
+func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI, available int64) *realHarness {
 	t.Helper()
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: 3 << 30}}
+	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: available}}
 	h.ev, err = evictor.New(evictor.Config{Thresholds: ts, TransitionPeriod: time.Minute, HardGracePeriod: time.Second},
 		evictor.Options{Sampler: h.sampler, Log: testLog()})
 	if err != nil {
@@ -100,7 +100,7 @@ func (h *realHarness) settled(t *testing.T) {
 	t.Helper()
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
 		return !busy
 	})
 }
@@ -146,7 +146,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			ctx := context.Background()
 			h.sampler.set(512 << 20)
 
-			if err := h.loop.SyncOnce(ctx); err != nil {
+			if err := h.loop.syncOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 			h.settled(t)
@@ -159,6 +159,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			if r := h.ev.Snapshot().Ranked; len(r) != 1 || r[0].UID != "p1" {
 				t.Fatalf("ranked after the failed stop = %+v, want p1", r)
 			}
+			flushed(t, h.loop)
 			if rec, _ := h.store.get("p1/0"); !rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateReady {
 				t.Fatalf("checkpoint after the failed stop = %+v", rec)
 			}
@@ -169,13 +170,14 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			}
 
 			tt.mend(rt)
-			if err := h.loop.SyncOnce(ctx); err != nil {
+			if err := h.loop.syncOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 			h.settled(t)
 			if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvictFailed, evictor.KindEvict}) {
 				t.Fatalf("decisions after the second pass = %v, want evict-failed then evict", got)
 			}
+			flushed(t, h.loop)
 			if rec, _ := h.store.get("p1/0"); rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
 				t.Fatalf("checkpoint after the eviction = %+v, want stopped with EvictedAt", rec)
 			}
@@ -204,13 +206,13 @@ func TestRemoveDuringEviction(t *testing.T) {
 	store := newMemStore()
 	h := newRealHarness(t, store, rt, 10*time.Second)
 	h.sampler.set(512 << 20)
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// the stop is under way (hanging); the kubelet removes the sandbox
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.Do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
 		return busy
 	})
 	rt.mu.Lock()
@@ -226,6 +228,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
 		t.Fatalf("decisions = %v, want the eviction counted once", got)
 	}
+	flushed(t, h.loop)
 	if _, ok := store.get("p1/0"); ok {
 		t.Fatal("the removed sandbox's record is back in the store")
 	}
@@ -261,6 +264,8 @@ func TestStopGrace(t *testing.T) {
 		{"soft, kubelet default maximum 0", evictor.Eviction{Grace: 0}, "30", 2},
 		{"hard ignores TGPS", evictor.Eviction{Grace: time.Second, Hard: true}, "1", 2},
 		{"garbage annotation is unknown", evictor.Eviction{Grace: 10 * time.Second}, "soon", 10},
+		{"restored pod refused: its own TGPS", evictor.Eviction{Grace: 30 * time.Second, Restored: true}, "45", 45},
+		{"restored pod refused, no TGPS known", evictor.Eviction{Grace: 30 * time.Second, Restored: true}, "", 30},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,10 +279,7 @@ func TestStopGrace(t *testing.T) {
 			}
 			e := tt.e
 			e.Pod = h.loop.pods["p1/0"]
-			if err := h.loop.stopPod(context.Background(), e.Pod, func(ctrs []*runtimeapi.Container) time.Duration {
-				d, known := terminationGracePeriod(ctrs)
-				return e.PodGrace(d, known)
-			}); err != nil {
+			if _, err := h.loop.stop(&e, e.Pod.Clone()); err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("StopContainer c-s1 %d", tt.wantS); !slices.Contains(h.rt.Calls(), want) {
@@ -295,9 +297,9 @@ func TestEvictionMessageNamesContainers(t *testing.T) {
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.usage = map[string]uint64{"c-s1": 120 << 20}
 	api := &fakeAPI{pods: map[string]pod.API{}}
-	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api)
+	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
 	h.sampler.set(512 << 20)
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h.settled(t)
@@ -333,7 +335,7 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	}
 	h := newRealHarness(t, store, rt, time.Second)
 	h.sampler.set(512 << 20) // pressure: a pass would stop an evictable pod
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h.settled(t)
@@ -348,88 +350,5 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	}
 	if slices.Contains(rt.Calls(), "StopPodSandbox s1") {
 		t.Fatal("the static pod was stopped on the word of a forged record")
-	}
-}
-
-// TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
-// last eviction settled lets the next quick pass (fast poll, memcg
-// notification) evict the next pod memoryEvictionSpacing after it, not
-// evictionSpacing later: a second runaway must not get a second to reach
-// the OOM killer.
-func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
-	rt := newFakeRuntime()
-	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
-	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
-	h := newRealHarness(t, newMemStore(), rt, time.Second)
-	h.sampler.set(512 << 20)
-	ctx := context.Background()
-	pass := func(why string) {
-		t.Helper()
-		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
-			t.Fatal(err)
-		}
-		h.settled(t)
-	}
-	clock := time.Unix(5000, 0)
-	h.loop.now = func() time.Time { return clock }
-	pass("fast-poll")
-	clock = clock.Add(memoryEvictionSpacing / 2)
-	pass("fast-poll") // too soon even on a memory signal
-	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
-		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", memoryEvictionSpacing/2, got)
-	}
-	clock = clock.Add(memoryEvictionSpacing)
-	pass("fast-poll") // within evictionSpacing, after memoryEvictionSpacing
-	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
-		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", memoryEvictionSpacing*3/2, got)
-	}
-}
-
-// TestGraceCutShortWhenMemoryCritical: while the victim's containers are
-// in their grace period (ignoring SIGTERM), a sample with memory.available
-// under half of the hard threshold kills the sandbox at once
-// (StopContainer with no grace), once, and recorded; above half, the grace
-// period runs.
-func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
-	rt := newFakeRuntime()
-	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
-	rt.ctrHang = make(chan struct{})
-	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
-	ctx := context.Background()
-	pass := func(why string) {
-		t.Helper()
-		if err := h.loop.Do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ",")+",", "StopContainer c-s1 0,") }
-	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
-	pass("tick")
-	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
-	pass("fast-poll")
-	time.Sleep(20 * time.Millisecond)
-	if n := kills(); n != 0 {
-		t.Fatalf("sandbox stopped %d times during the grace period with memory above half the threshold", n)
-	}
-	h.sampler.set(300 << 20)
-	pass("fast-poll")
-	waitFor(t, func() bool { return kills() == 1 })
-	pass("fast-poll")
-	close(rt.ctrHang) // the kill ended the container
-	h.settled(t)
-	if n := kills(); n != 1 {
-		t.Fatalf("StopContainer c-s1 0 calls = %d, want the kill once: %v", n, rt.Calls())
-	}
-	if n := strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1"); n != 1 {
-		t.Fatalf("StopPodSandbox s1 calls = %d, want the eviction's own only: %v", n, rt.Calls())
-	}
-	var kinds []evictor.Kind
-	for _, d := range h.ev.Snapshot().Decisions {
-		if d.Kind == evictor.KindEvict || d.Kind == evictor.KindGraceCut {
-			kinds = append(kinds, d.Kind)
-		}
-	}
-	if !slices.Equal(kinds, []evictor.Kind{evictor.KindGraceCut, evictor.KindEvict}) {
-		t.Fatalf("decisions = %v, want the grace cut, then the eviction", kinds)
 	}
 }

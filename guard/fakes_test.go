@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -15,6 +16,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // fakeRuntime is an in-memory runtime: sandboxes and their containers.
@@ -170,17 +172,50 @@ type memStore struct {
 	mu   sync.Mutex
 	recs map[string]checkpoint.Record
 	err  error
+	// slow, when set, holds every Put and Delete until it is closed (a
+	// state disk whose fsync takes seconds)
+	slow chan struct{}
+	puts []checkpoint.Record // every Put, in order
+}
+
+// hold makes every Put and Delete wait until the returned func is called
+// (once or more).
+func (s *memStore) hold() (release func()) {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	s.slow = ch
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.slow = nil
+			s.mu.Unlock()
+			close(ch)
+		})
+	}
+}
+
+func (s *memStore) wait() {
+	s.mu.Lock()
+	ch := s.slow
+	s.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 func newMemStore() *memStore { return &memStore{recs: map[string]checkpoint.Record{}} }
 
 func (s *memStore) Put(r checkpoint.Record) error {
+	s.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
 	s.recs[r.Pod.Key()] = r
+	s.puts = append(s.puts, r)
 	return nil
 }
 
@@ -195,6 +230,7 @@ func (s *memStore) List() ([]checkpoint.Record, error) {
 }
 
 func (s *memStore) Delete(key string) error {
+	s.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.recs, key)
@@ -229,6 +265,23 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 
 func (e *ruleEvictor) Observe() {}
 
+// Evaluation is never near a threshold: the fast paths stay off.
+func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{} }
+
+func (e *ruleEvictor) GraceCut(*evictor.Eviction, string) {}
+
+func (e *ruleEvictor) EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction {
+	return &evictor.Eviction{Pod: p, Grace: evictor.DefaultTerminationGracePeriod, Message: r.Message, Restored: true}
+}
+
+// SetThresholds says every threshold is new.
+func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (added, removed []string) {
+	for _, t := range ts {
+		added = append(added, t.String())
+	}
+	return added, nil
+}
+
 func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 
 func (e *ruleEvictor) Synchronize(active []*pod.Pod) (*evictor.Eviction, error) {
@@ -254,4 +307,18 @@ func testLog() *logrus.Entry {
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
 	return logrus.NewEntry(l)
+}
+
+// flushed waits until the running loop's checkpoint writes are done and
+// their outcomes recorded on the loop.
+func flushed(t *testing.T, l *Loop) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := l.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.do(ctx, l.recordWrites); err != nil {
+		t.Fatalf("record the writes' outcomes on the loop (is it running?): %v", err)
+	}
 }

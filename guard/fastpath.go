@@ -21,28 +21,21 @@ type FastPoll struct {
 	Margin int64
 }
 
-// nearer is what the fast poll needs of the evictor (evictor.Manager).
-type nearer interface {
-	NearThreshold(margin int64) bool
-}
-
 // fastPoller decides when the next fast pass is due (loop goroutine only).
 type fastPoller struct {
 	cfg   FastPoll
-	near  nearer
+	ev    Evictor
 	timer *time.Timer
 }
 
-// newFastPoller returns nil when the fast poll is off or the evictor
-// cannot say how near a threshold it is.
+// newFastPoller returns nil when the fast poll is off.
 func newFastPoller(cfg FastPoll, ev Evictor) *fastPoller {
-	n, ok := ev.(nearer)
-	if cfg.Interval <= 0 || !ok {
+	if cfg.Interval <= 0 {
 		return nil
 	}
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	return &fastPoller{cfg: cfg, near: n, timer: t}
+	return &fastPoller{cfg: cfg, ev: ev, timer: t}
 }
 
 // c is the timer's channel; nil (never ready) when the poller is off.
@@ -61,7 +54,7 @@ func (f *fastPoller) stop() {
 
 // isNear reports whether the last evaluation was near a threshold.
 func (f *fastPoller) isNear() bool {
-	return f != nil && f.near.NearThreshold(f.cfg.Margin)
+	return f != nil && f.ev.Evaluation().NearThreshold(f.cfg.Margin)
 }
 
 // schedule arms the timer after a pass: Interval when near, Watch when
@@ -84,11 +77,11 @@ func (f *fastPoller) schedule() {
 // sample alone, which tells whether the next one must come sooner.
 func (l *Loop) fastPass(ctx context.Context, f *fastPoller) {
 	if f.isNear() {
-		l.housekeeping(ctx, "fast-poll")
+		l.housekeeping(ctx, passFastPoll)
 		return
 	}
 	l.ev.Observe()
 	if f.isNear() {
-		l.housekeeping(ctx, "fast-poll")
+		l.housekeeping(ctx, passFastPoll)
 	}
 }

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // Runtime is what the loop needs of containerd (runtimeproxy.Client).
@@ -46,7 +46,20 @@ type Evictor interface {
 	// MarkEvicted restores the re-admission guard of a pod evicted before
 	// a restart.
 	MarkEvicted(p *pod.Pod, at time.Time)
+	// SetThresholds replaces the thresholds (a reload).
+	SetThresholds(ts []pressure.Threshold, transition time.Duration) (added, removed []string)
+	// Evaluation is what the last sample said: how near a threshold the
+	// node is, whether a memory signal acts, whether it is a moment from
+	// OOM (the fast poll, the eviction spacing, the grace cut).
+	Evaluation() evictor.Evaluation
+	// GraceCut records that e's grace period is cut short.
+	GraceCut(e *evictor.Eviction, observed string)
+	// EvictRestored is the eviction of a restored pod Admit refused at
+	// start-up (nil in dry run).
+	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
 }
+
+var _ Evictor = (*evictor.Manager)(nil)
 
 // APIPods is what the API server says of pods (kube.Client.Pod): read from
 // a cache, never blocking.
@@ -105,18 +118,18 @@ type Loop struct {
 	report  Reporter
 	updates chan func()
 	trigger chan struct{}
-	ready   chan struct{}
 
-	readyOnce sync.Once
-	degraded  atomic.Pointer[error] // why the loop serves without a finished restore
+	degraded atomic.Pointer[error] // why the loop serves without a finished restore
+
+	w *writer // makes records durable off the loop
 
 	// owned by the loop goroutine
 	pods        map[string]*pod.Pod // by pod key
+	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
-	evicting    *evictor.Eviction   // the eviction whose stop is under way
+	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
+	evicting    *inFlight           // the eviction whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
-	victimID    string              // the sandbox of the eviction under way
-	graceCut    bool                // its grace period was cut short
 	passErr     string              // the error of the last eviction pass, if it failed
 	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
 	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
@@ -149,8 +162,9 @@ func New(cfg Config, o Options) (*Loop, error) {
 		api: o.API, report: o.Reporter,
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
-		ready:   make(chan struct{}),
+		w:       newWriter(o.Store),
 		pods:    map[string]*pod.Pod{},
+		writing: map[string]uint64{},
 		unsaved: map[string]bool{},
 		done:    make(chan struct{}),
 	}, nil
@@ -202,22 +216,27 @@ func (l *Loop) Run(ctx context.Context) error {
 	fp := newFastPoller(l.cfg.FastPoll, l.ev)
 	defer fp.stop()
 	fp.schedule()
+	refused := time.NewTimer(time.Hour)
+	defer refused.Stop()
 	for {
+		l.armRefused(refused)
 		select {
 		case <-ctx.Done():
 			return nil
 		case f := <-l.updates:
 			f()
+		case <-l.w.ready:
+			l.recordWrites()
 		case <-tick.C:
-			l.housekeeping(ctx, "tick")
+			l.housekeeping(ctx, passTick)
 			fp.schedule()
 		case <-l.trigger:
-			l.housekeeping(ctx, "psi")
+			l.housekeeping(ctx, passTrigger)
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
 			fp.schedule()
 		case <-burst.C:
-			l.housekeeping(ctx, "psi-follow-up")
+			l.housekeeping(ctx, passFollowUp)
 			if burstLeft--; burstLeft > 0 {
 				burst.Reset(psiFollowUpInterval)
 			}
@@ -225,113 +244,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-fp.c():
 			l.fastPass(ctx, fp)
 			fp.schedule()
+		case <-refused.C:
+			l.housekeeping(ctx, passRefused)
 		}
-	}
-}
-
-// memoryCritical is what the loop asks of the evictor (evictor.Manager)
-// to cut an eviction's grace period short, and to record it.
-type memoryCritical interface {
-	MemoryCritical() (string, bool)
-	GraceCut(e *evictor.Eviction, observed string)
-}
-
-// The evictor's optional methods: a drift in their signatures would turn
-// the fast paths off silently.
-var (
-	_ memoryCritical = (*evictor.Manager)(nil)
-	_ memoryMet      = (*evictor.Manager)(nil)
-	_ nearer         = (*evictor.Manager)(nil)
-)
-
-// memoryMet is what the loop asks of the evictor (evictor.Manager) to
-// evict again within evictionSpacing.
-type memoryMet interface {
-	MemoryThresholdMet() bool
-}
-
-// psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
-// two and a half of the kernel's 2 s trigger windows. The interval is twice
-// the sampler's 50 ms minimum step for fresh averages, so each pass sees the
-// stall since the last one.
-const (
-	psiFollowUps        = 50
-	psiFollowUpInterval = 100 * time.Millisecond
-	followUpResync      = time.Second
-	// evictionSpacing: the least time between an eviction and the next one
-	// started by a quick pass on a PSI threshold alone (housekeeping ticks
-	// keep their own cadence, as the kubelet's one eviction per monitoring
-	// interval; a memory signal waits memoryEvictionSpacing)
-	evictionSpacing = time.Second
-	// memoryEvictionSpacing: the same on a memory signal. Short, as the
-	// race measured a second runaway lost to the OOM killer waiting out
-	// the second; not zero, so that pressure that evictions do not relieve
-	// (memory held outside the pods, a dead victim's page cache not yet
-	// reclaimed) evicts at most ten pods a second, each after a fresh
-	// sample, not one per stop.
-	memoryEvictionSpacing = 100 * time.Millisecond
-)
-
-// SyncOnce runs one housekeeping pass synchronously on the loop goroutine.
-func (l *Loop) SyncOnce(ctx context.Context) error {
-	return l.do(ctx, func() { l.housekeeping(ctx, "manual") })
-}
-
-// housekeeping resyncs with the runtime, then lets the evictor act.
-func (l *Loop) housekeeping(ctx context.Context, why string) {
-	if l.wdog != nil {
-		defer l.wdog()
-	}
-	// Follow-ups come every 100 ms while memory is short (fast polls every
-	// FastPoll.Interval near a threshold): they evaluate the
-	// fresh pressure each time but list the sandboxes (the runtime events
-	// keep the view true in between) at most once per followUpResync.
-	if (why != "psi-follow-up" && why != "fast-poll") || l.now().Sub(l.lastResync) >= followUpResync {
-		l.lastResync = l.now()
-		l.resync(ctx)
-		l.retryUnsaved()
-	}
-	if l.evicting != nil {
-		// one eviction at a time: the next waits until this one is done;
-		// meanwhile admission gets current conditions, and the grace
-		// period is cut short if the node is a moment from OOM
-		l.ev.Observe()
-		l.cutGrace()
-		return
-	}
-	if since := l.now().Sub(l.lastEvicted); why != "tick" && why != "manual" && since < evictionSpacing {
-		// The quick passes (triggers, follow-ups, fast polls) start the
-		// next eviction no sooner than evictionSpacing after the last
-		// settled, as a PSI average still holds the stall the victim
-		// caused; a memory signal met in a sample taken after the victim's
-		// stop returned (its processes are gone, their memory uncharged)
-		// is now, and waits only memoryEvictionSpacing: a second runaway
-		// must not get a second to reach the OOM killer.
-		l.ev.Observe()
-		if m, ok := l.ev.(memoryMet); !ok || l.lastFailed || since < memoryEvictionSpacing || !m.MemoryThresholdMet() {
-			return
-		}
-	}
-	l.applyAPI()
-	e, err := l.ev.Synchronize(l.active())
-	if err != nil {
-		// said once as a warning (the evictor's stats error is in status
-		// and metrics meanwhile), then at debug while it lasts
-		log := l.log.WithError(err).WithField("trigger", why)
-		if l.passErr == "" {
-			log.Warn("eviction pass failed; further failures are logged at debug level until a pass succeeds")
-		} else {
-			log.Debug("eviction pass failed")
-		}
-		l.passErr = err.Error()
-		return
-	}
-	if l.passErr != "" {
-		l.log.WithField("last_error", l.passErr).Info("eviction passes succeed again")
-		l.passErr = ""
-	}
-	if e != nil {
-		l.evict(e)
 	}
 }
 
@@ -384,9 +299,6 @@ func (l *Loop) Pods() []*pod.Pod {
 	return l.view
 }
 
-// Ready is closed once Restore has finished and calls may be served.
-func (l *Loop) Ready() <-chan struct{} { return l.ready }
-
 // bySandbox finds a pod by its sandbox id, or by a unique prefix of it as
 // containerd accepts (crictl sends truncated ids) (loop goroutine only).
 func (l *Loop) bySandbox(id string) *pod.Pod {
@@ -406,41 +318,6 @@ func (l *Loop) bySandbox(id string) *pod.Pod {
 		}
 	}
 	return found
-}
-
-// checkpoint writes the pod's record (loop goroutine). A failed write is
-// logged once and counted (checkpoint_operations_total), the record stays in
-// memory, and housekeeping writes it again until it succeeds
-// (retryUnsaved): what the record guards (the re-admission guard is in the
-// evictor's memory) holds meanwhile.
-func (l *Loop) checkpoint(p *pod.Pod) error {
-	if err := l.store.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}); err != nil {
-		if !l.unsaved[p.Key()] {
-			l.log.WithError(err).WithFields(podFields(p)).Error("cannot write checkpoint: kept in memory, written again on each housekeeping pass")
-		}
-		l.unsaved[p.Key()] = true
-		return fmt.Errorf("checkpoint pod %q: %w", p.String(), err)
-	}
-	if l.unsaved[p.Key()] {
-		delete(l.unsaved, p.Key())
-		l.log.WithFields(podFields(p)).Info("checkpoint written after earlier failures")
-	}
-	return nil
-}
-
-// retryUnsaved writes again the records whose last write failed (loop
-// goroutine).
-func (l *Loop) retryUnsaved() {
-	for key := range l.unsaved {
-		p, ok := l.pods[key]
-		if !ok {
-			delete(l.unsaved, key) // gone meanwhile: nothing to write
-			continue
-		}
-		if l.checkpoint(p) != nil {
-			return // the disk is still full: try again next pass
-		}
-	}
 }
 
 func podFields(p *pod.Pod) logrus.Fields {

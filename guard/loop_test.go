@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -92,6 +91,7 @@ func TestAdmitSandbox(t *testing.T) {
 					t.Fatalf("admitted = %v, forwarded = %v, want %v (%v)", gotAdmit, forwarded, tt.wantAdmit, err)
 				}
 			}
+			flushed(t, h.loop)
 			if _, ok := h.store.get(p.Key()); ok {
 				t.Fatal("a record is left after the runtime refused the sandbox")
 			}
@@ -117,15 +117,17 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	if n := len(h.loop.Pods()); n != 2 {
 		t.Fatalf("pods in memory = %d, want 2", n)
 	}
+	flushed(t, h.loop)
 	if _, ok := h.store.get("crit/0"); ok {
 		t.Fatal("a record was written to a full disk")
 	}
 	h.store.mu.Lock()
 	h.store.err = nil
 	h.store.mu.Unlock()
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	flushed(t, h.loop)
 	for _, key := range []string{"crit/0", "plain/0"} {
 		if rec, ok := h.store.get(key); !ok || rec.State != pod.StateReady {
 			t.Fatalf("record %s after the disk is back: %+v (present %v), want ready", key, rec, ok)
@@ -140,15 +142,18 @@ func TestSandboxLifecycle(t *testing.T) {
 	if id, err := h.run(p, "sb1", nil, false); err != nil || id != "sb1" {
 		t.Fatalf("RunPodSandbox = %q, %v", id, err)
 	}
+	flushed(t, h.loop)
 	rec, ok := h.store.get(p.Key())
 	if !ok || rec.SandboxID != "sb1" || rec.State != pod.StateReady {
 		t.Fatalf("record after create = %+v, %v", rec, ok)
 	}
 	h.loop.SandboxStopped("sb1")
+	flushed(t, h.loop)
 	if rec, _ := h.store.get(p.Key()); rec.State != pod.StateStopped {
 		t.Fatalf("record state after stop = %q", rec.State)
 	}
 	h.loop.SandboxRemoved("sb1")
+	flushed(t, h.loop)
 	if _, ok := h.store.get(p.Key()); ok {
 		t.Fatal("record still there after remove")
 	}
@@ -175,81 +180,9 @@ func TestSandboxFailed(t *testing.T) {
 			if _, err := h.run(p, "", tt.err, tt.notCreated); err != tt.err {
 				t.Fatalf("err = %v, want the runtime's %v unchanged", err, tt.err)
 			}
+			flushed(t, h.loop)
 			if _, ok := h.store.get(p.Key()); ok != tt.wantKept {
 				t.Fatalf("record kept = %v, want %v", ok, tt.wantKept)
-			}
-		})
-	}
-}
-
-func TestRestoreReconciles(t *testing.T) {
-	h := newHarness(t, true)
-	t0 := time.Unix(5000, 0)
-	// a: checkpointed and running; b: checkpointed but gone; c: pending that
-	// containerd did create; d: running without record (adopted); e: pending never created.
-	h.rt.addSandbox("sa", "a", 0, true, t0)
-	h.rt.addSandbox("sc", "c", 0, true, t0.Add(time.Second))
-	h.rt.addSandbox("sd", "d", 0, true, t0.Add(2*time.Second))
-	put := func(p *pod.Pod, st pod.State, id string) {
-		p.State, p.SandboxID = st, id
-		if err := h.store.Put(checkpoint.Record{Pod: *p, State: st, SandboxID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	put(newPod("a", 0, pod.Burstable, false), pod.StateReady, "sa")
-	put(newPod("b", 0, pod.Burstable, false), pod.StateReady, "sb")
-	put(newPod("c", 0, pod.Burstable, false), pod.StatePending, "")
-	put(newPod("e", 0, pod.Burstable, false), pod.StatePending, "")
-	rep, err := h.loop.Restore(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := RestoreReport{Records: 4, Dropped: 2, Completed: 1, Adopted: 1, Admitted: 3}
-	if rep != want {
-		t.Fatalf("report = %+v, want %+v", rep, want)
-	}
-	for _, key := range []string{"b/0", "e/0"} {
-		if _, ok := h.store.get(key); ok {
-			t.Errorf("record %s should be dropped", key)
-		}
-	}
-	if rec, ok := h.store.get("c/0"); !ok || rec.SandboxID != "sc" || rec.State != pod.StateReady {
-		t.Errorf("pending record c not completed: %+v", rec)
-	}
-	if _, ok := h.store.get("d/0"); !ok {
-		t.Error("adopted sandbox d has no record")
-	}
-	select {
-	case <-h.loop.Ready():
-	default:
-		t.Fatal("Ready not closed after Restore")
-	}
-}
-
-func TestRestoreUnderPressure(t *testing.T) {
-	for _, enforce := range []bool{true, false} {
-		name := map[bool]string{true: "enforce", false: "warn"}[enforce]
-		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, enforce)
-			h.ev.pressure.Store(true)
-			h.rt.addSandbox("s-be", "be", 0, true, time.Unix(1, 0))
-			h.rt.addSandbox("s-crit", "crit", 0, true, time.Unix(2, 0))
-			be := newPod("be", 0, pod.BestEffort, false)
-			crit := newPod("crit", 0, pod.BestEffort, true)
-			for id, p := range map[string]*pod.Pod{"s-be": be, "s-crit": crit} {
-				p.State, p.SandboxID = pod.StateReady, id
-				_ = h.store.Put(checkpoint.Record{Pod: *p, State: pod.StateReady, SandboxID: id})
-			}
-			rep, err := h.loop.Restore(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			stopped := slices.Contains(h.rt.Calls(), "StopPodSandbox s-be")
-			if stopped != enforce || slices.Contains(h.rt.Calls(), "StopPodSandbox s-crit") {
-				t.Fatalf("calls = %v (enforce=%v)", h.rt.Calls(), enforce)
-			}
-			if rep.Refused != 1 {
-				t.Fatalf("refused = %d, want 1", rep.Refused)
 			}
 		})
 	}
@@ -265,7 +198,7 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	h.start(t)
 	h.ev.pressure.Store(true)
 	ctx := context.Background()
-	if err := h.loop.SyncOnce(ctx); err != nil {
+	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s1") })
@@ -276,12 +209,13 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	}
 	// the next pass may stop the second pod only after the first is done
 	waitFor(t, func() bool {
-		_ = h.loop.SyncOnce(ctx)
+		_ = h.loop.syncOnce(ctx)
 		return slices.Contains(h.rt.Calls(), "StopPodSandbox s2")
 	})
 	if got := strings.Count(strings.Join(h.rt.Calls(), ","), "StopPodSandbox"); got != 2 {
 		t.Fatalf("StopPodSandbox calls = %d, want 2", got)
 	}
+	flushed(t, h.loop)
 	if rec, ok := h.store.get("p1/0"); !ok || rec.Pod.EvictedAt.IsZero() || rec.State != pod.StateStopped {
 		t.Fatalf("checkpoint of the evicted pod = %+v (found %v), want stopped with EvictedAt", rec, ok)
 	}
@@ -297,12 +231,13 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 	h.rt.mu.Lock()
 	delete(h.rt.sandboxes, "s1")
 	h.rt.mu.Unlock()
-	if err := h.loop.SyncOnce(context.Background()); err != nil {
+	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(h.loop.Pods()); n != 0 {
 		t.Fatalf("pods = %d after the sandbox vanished, want 0", n)
 	}
+	flushed(t, h.loop)
 	if _, ok := h.store.get("p1/0"); ok {
 		t.Fatal("record of a vanished sandbox kept")
 	}
@@ -333,6 +268,7 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 		t.Fatalf("pods = %d after an ambiguous prefix, want 2", n)
 	}
 	h.loop.SandboxRemoved("abcde") // crictl's truncated id
+	flushed(t, h.loop)
 	if _, ok := h.store.get("u0/0"); ok {
 		t.Fatal("record of u0 kept after RemovePodSandbox with a unique prefix")
 	}
@@ -349,7 +285,7 @@ func TestTriggerFollowUps(t *testing.T) {
 	h.start(t)
 	syncs := func() int {
 		var n int
-		if err := h.loop.Do(context.Background(), func() { n = h.ev.syncs }); err != nil {
+		if err := h.loop.do(context.Background(), func() { n = h.ev.syncs }); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -376,17 +312,17 @@ func TestFollowUpResync(t *testing.T) {
 	}
 	ctx := context.Background()
 	steps := []struct {
-		why       string
+		why       pass
 		advance   time.Duration
 		wantLists int // ListPodSandbox calls after the step, counted from the first
 	}{
-		{"psi", 0, 1},
-		{"psi-follow-up", 100 * time.Millisecond, 1},
-		{"psi-follow-up", 100 * time.Millisecond, 1},
-		{"tick", 100 * time.Millisecond, 2},
-		{"psi-follow-up", 900 * time.Millisecond, 2},
-		{"psi-follow-up", 100 * time.Millisecond, 3},
-		{"manual", 0, 4},
+		{passTrigger, 0, 1},
+		{passFollowUp, 100 * time.Millisecond, 1},
+		{passFollowUp, 100 * time.Millisecond, 1},
+		{passTick, 100 * time.Millisecond, 2},
+		{passFollowUp, 900 * time.Millisecond, 2},
+		{passFollowUp, 100 * time.Millisecond, 3},
+		{passManual, 0, 4},
 	}
 	base, syncs := lists(), h.ev.syncs
 	for i, s := range steps {
@@ -398,26 +334,5 @@ func TestFollowUpResync(t *testing.T) {
 	}
 	if got := h.ev.syncs - syncs; got != len(steps) {
 		t.Fatalf("%d eviction passes, want one per step (%d)", got, len(steps))
-	}
-}
-
-func TestRestoreKeepsEvictionGuard(t *testing.T) {
-	h := newHarness(t, true)
-	h.rt.addSandbox("s1", "p1", 0, false, time.Unix(1, 0))
-	h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
-	evicted := newPod("p1", 0, pod.Burstable, false)
-	evicted.State, evicted.SandboxID, evicted.EvictedAt = pod.StateStopped, "s1", time.Unix(100, 0)
-	plain := newPod("p2", 0, pod.Burstable, false)
-	plain.State, plain.SandboxID = pod.StateReady, "s2"
-	for _, p := range []*pod.Pod{evicted, plain} {
-		if err := h.store.Put(checkpoint.Record{Pod: *p, State: p.State, SandboxID: p.SandboxID}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := h.loop.Restore(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(h.ev.marked, []string{"p1"}) {
-		t.Fatalf("MarkEvicted calls = %v, want [p1]", h.ev.marked)
 	}
 }

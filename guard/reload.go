@@ -1,11 +1,17 @@
 package guard
 
-import "context"
+import (
+	"context"
+	"time"
 
-// Do runs f on the loop goroutine and waits for it, so that f may touch
-// state the loop owns (e.g. evictor.Manager.SetThresholds on a SIGHUP
-// reload). It returns ErrStopped when the loop is not running, or ctx's
-// error when ctx ends before f was started.
-func (l *Loop) Do(ctx context.Context, f func()) error {
-	return l.do(ctx, f)
+	"github.com/cri-guard/cri-guard/pressure"
+)
+
+// SetThresholds installs reloaded eviction thresholds (a SIGHUP) on the
+// loop goroutine, which owns the evictor, and returns the thresholds added
+// and removed. It returns ErrStopped when the loop is not running, or
+// ctx's error when ctx ends before the loop took them.
+func (l *Loop) SetThresholds(ctx context.Context, ts []pressure.Threshold, transition time.Duration) (added, removed []string, err error) {
+	err = l.do(ctx, func() { added, removed = l.ev.SetThresholds(ts, transition) })
+	return added, removed, err
 }

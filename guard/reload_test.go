@@ -3,27 +3,37 @@ package guard
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
-func TestDo(t *testing.T) {
+// TestSetThresholds: reloaded thresholds reach the evictor on the loop
+// goroutine, only while the loop runs.
+func TestSetThresholds(t *testing.T) {
 	h := newHarness(t, true)
+	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := h.loop.Do(cancelled, func() { t.Error("ran while the loop was not running") }); !errors.Is(err, context.Canceled) {
-		t.Errorf("Do before Run: %v, want context.Canceled", err)
+	if _, _, err := h.loop.SetThresholds(cancelled, ts, time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("SetThresholds before Run: %v, want context.Canceled", err)
 	}
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.loop.Run(ctx); close(done) }()
-	ran := false // written on the loop goroutine, read after Do returns
-	if err := h.loop.Do(context.Background(), func() { ran = true }); err != nil || !ran {
-		t.Fatalf("Do: ran=%v err=%v", ran, err)
+	added, _, err := h.loop.SetThresholds(context.Background(), ts, time.Minute)
+	if err != nil || !slices.Equal(added, []string{ts[0].String()}) {
+		t.Fatalf("SetThresholds: added %v, %v; want %v", added, err, ts[0].String())
 	}
 	stop()
 	<-done
-	if err := h.loop.Do(context.Background(), func() { t.Error("ran after the loop stopped") }); !errors.Is(err, ErrStopped) {
-		t.Errorf("Do after Run: %v, want ErrStopped", err)
+	if _, _, err := h.loop.SetThresholds(context.Background(), ts, time.Minute); !errors.Is(err, ErrStopped) {
+		t.Errorf("SetThresholds after Run: %v, want ErrStopped", err)
 	}
 }

@@ -11,31 +11,32 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// RestoreReport says what start-up reconciliation did.
+// RestoreReport says what start-up reconciliation did. Evicting counts
+// the refused pods queued for eviction (EnforceRestored).
 type RestoreReport struct {
-	Records, Dropped, Completed, Adopted, Admitted, Refused, Stopped int
+	Records, Dropped, Completed, Adopted, Admitted, Refused, Evicting int
 }
 
 // Restore loads the checkpoints, reconciles them with what the runtime runs,
 // and replays the live pods as one RESTORE update through admission, oldest
-// first. Restored pods that admission refuses are stopped when
-// EnforceRestored is set, else logged. It must run before Run; it closes
-// Ready when done.
+// first. Restored pods that admission refuses are queued for eviction
+// when EnforceRestored is set (the loop stops them as every other
+// eviction, first), else logged. It must run before Run; it returns once
+// the records it changed are written.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 	rep, err := l.restore(ctx)
-	if err == nil {
-		l.readyOnce.Do(func() { close(l.ready) })
+	if ferr := l.w.flush(ctx); ferr != nil {
+		l.log.WithError(ferr).Warn("restore: checkpoint writes not finished")
 	}
 	return rep, err
 }
 
 // ServeDegraded lets the loop serve although Restore has not succeeded
 // (the runtime cannot be listed: too large an answer, a runtime that stays
-// down): Ready closes, admission works on what it sees from now on, and
-// RetryRestore completes the restore later. It must be called before Run.
+// down): admission works on what it sees from now on, and RetryRestore
+// completes the restore later. It must be called before Run.
 func (l *Loop) ServeDegraded(cause error) {
 	l.degraded.Store(&cause)
-	l.readyOnce.Do(func() { close(l.ready) })
 }
 
 // Degraded returns why the loop serves without a finished restore; nil
@@ -99,9 +100,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			}
 		}
 		if !ok || known[sb.GetId()] {
-			if err := l.store.Delete(p.Key()); err != nil {
-				l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-			}
+			l.drop(p.Key())
 			rep.Dropped++
 			continue
 		}
@@ -116,7 +115,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 		}
 		l.pods[p.Key()] = p
 		if p.State != rec.State || p.SandboxID != rec.SandboxID {
-			_ = l.checkpoint(p)
+			l.save(p)
 		}
 	}
 	for _, sb := range sbs {
@@ -132,7 +131,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		l.pods[p.Key()] = p
-		_ = l.checkpoint(p)
+		l.save(p)
 		rep.Adopted++
 	}
 	l.ev.Observe() // admission reads this evaluation
@@ -149,19 +148,18 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod would be refused (restoredPods: warn)")
 			continue
 		}
-		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: stopping it")
-		if err := l.stopPod(ctx, p, func([]*runtimeapi.Container) time.Duration { return l.cfg.StopTimeout }); err != nil {
-			l.log.WithError(err).WithFields(fields).Error("cannot stop refused restored pod")
-			continue
+		e := l.ev.EvictRestored(p.Clone(), r)
+		if e == nil {
+			continue // dry run
 		}
-		p.State = pod.StateStopped
-		_ = l.checkpoint(p)
-		rep.Stopped++
+		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: queued for eviction")
+		l.refused = append(l.refused, e)
+		rep.Evicting++
 	}
 	l.publish()
 	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
-		WithField("stopped", rep.Stopped).Info("restore done")
+		WithField("evicting", rep.Evicting).Info("restore done")
 	return rep, nil
 }
 

@@ -39,6 +39,7 @@ func TestRetryOfCreatedSandbox(t *testing.T) {
 				}
 			}
 
+			flushed(t, h.loop)
 			rec, ok := h.store.get(p.Key())
 			if !ok || rec.SandboxID != "sb1" {
 				t.Errorf("record after the refused retry: %+v (present %v), want sandbox sb1", rec, ok)

@@ -15,11 +15,13 @@ import (
 const afterRuntimeTimeout = 10 * time.Second
 
 // RunPodSandbox is HandlePodAdditions for one RunPodSandbox, the whole
-// operation in one place: admit p on the loop; when admitted, write its
-// pending record; forward through create (off the loop: the runtime may
-// take seconds); settle the record with the outcome on the loop. A refusal
-// is a *RefusedError; any error means the kubelet gets an error. Once
-// create succeeded, its success is returned whatever the bookkeeping does.
+// operation in one place (the walk in the package doc): admit p on the
+// loop; when admitted, wait for its pending record's write; forward
+// through create (off the loop: the runtime may take seconds); settle the
+// record with the outcome on the loop and wait for its write. The waits
+// are on the caller's goroutine, never on the loop's. A refusal is a
+// *RefusedError; any error means the kubelet gets an error. Once create
+// succeeded, its success is returned whatever the bookkeeping does.
 //
 // create (the server hands it in) forwards the call to the runtime and
 // returns the new sandbox's id; on error, notCreated is true when the
@@ -29,25 +31,53 @@ const afterRuntimeTimeout = 10 * time.Second
 func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (sandboxID string, notCreated bool, err error)) (string, error) {
 	p.State = pod.StatePending
 	var (
-		r    evictor.Result
-		kept *pod.Pod // the record of a retried attempt that has its sandbox
+		r       evictor.Result
+		kept    *pod.Pod        // the record of a retried attempt that has its sandbox
+		pending <-chan struct{} // closed once the pending record is written
 	)
-	if err := l.do(ctx, func() { r, kept = l.admitAddition(p) }); err != nil {
+	if err := l.do(ctx, func() { r, kept, pending = l.admitAddition(p) }); err != nil {
 		return "", fmt.Errorf("admit pod %q: %w", p.String(), err)
 	}
 	if !r.Admit {
 		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
 	}
 
-	id, notCreated, err := create(ctx)
-
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterRuntimeTimeout)
 	defer cancel()
-	var serr error
+	// the pending record is on disk before the runtime sees the pod (a
+	// crash in between leaves a record that start-up reconciles); waited
+	// for here, on the caller's goroutine, never on the loop's. A failed
+	// write does not hold the pod back (admitAddition).
+	if pending != nil {
+		select {
+		case <-pending:
+		case <-ctx.Done():
+			_ = l.do(settle, func() { l.settleFailed(p, kept, true) })
+			return "", fmt.Errorf("record pod %q: %w", p.String(), ctx.Err())
+		}
+	}
+
+	id, notCreated, err := create(ctx)
+
+	var (
+		serr    error
+		settled <-chan struct{} // closed once the settled record is written
+	)
 	if err != nil {
 		serr = l.do(settle, func() { l.settleFailed(p, kept, notCreated) })
 	} else {
-		serr = l.do(settle, func() { l.settleCreated(p, id) })
+		serr = l.do(settle, func() { settled = l.settleCreated(p, id) })
+	}
+	if settled != nil {
+		// the answer goes out once the record names its sandbox, as it did
+		// when the loop wrote it: a record the kubelet's answer contradicts
+		// is never left behind a running cri-guard (waited for here, never
+		// on the loop; a crash meanwhile leaves the pending record, which
+		// start-up completes)
+		select {
+		case <-settled:
+		case <-settle.Done():
+		}
 	}
 	if serr != nil {
 		// start-up reconciliation completes or drops the pending record
@@ -57,9 +87,10 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 }
 
 // admitAddition decides one added pod and, when admitted, records it as
-// pending, on disk first (loop goroutine). A retry of an attempt that
-// already has a sandbox keeps that record as it is and returns it.
-func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod) {
+// pending and queues its record's write, whose channel it returns (loop
+// goroutine). A retry of an attempt that already has a sandbox keeps that
+// record as it is and returns it.
+func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struct{}) {
 	for _, w := range p.Warnings {
 		l.log.WithFields(podFields(p)).WithField("warning", w).Warn("pod sandbox config")
 	}
@@ -77,22 +108,23 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod) {
 			// retrying it and its controller replaces it
 			l.report.Rejected(p, r.Reason, r.Message)
 		}
-		return r, nil
+		return r, nil, nil
 	}
 	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
 		// a retry of an attempt that already has a sandbox: keep what we
 		// know, its state included (a ready pod must stay rankable)
-		return r, old
+		return r, old, nil
 	}
 	// A failed write does not refuse the pod: cri-guard's bookkeeping must
 	// never stop the node's pods, critical ones least of all. The record is
-	// kept in memory and written again (checkpoint); if cri-guard restarts
-	// before that, reconciliation adopts the sandbox containerd runs.
-	_ = l.checkpoint(p)
+	// kept in memory and written again (recordWrites); if cri-guard
+	// restarts before that, reconciliation adopts the sandbox containerd
+	// runs.
+	pending := l.save(p)
 	l.pods[p.Key()] = p.Clone()
 	l.publish()
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
-	return r, nil
+	return r, nil, pending
 }
 
 // neverRan reports whether p is a first attempt of a pod that has no
@@ -111,20 +143,22 @@ func (l *Loop) neverRan(p *pod.Pod) bool {
 }
 
 // settleCreated records the sandbox id containerd gave an admitted pod
-// (loop goroutine). The record is updated only if it is still the pending
-// one this call wrote.
-func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) {
+// and queues its record's write, whose channel it returns (loop
+// goroutine). The record is updated only if it is still the pending one
+// this call wrote.
+func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
 	cur, ok := l.pods[p.Key()]
 	if ok && cur.SandboxID != "" && cur.SandboxID != sandboxID {
-		return // another call settled this attempt with another sandbox
+		return nil // another call settled this attempt with another sandbox
 	}
 	if !ok {
 		cur = p.Clone()
 	}
 	cur.SandboxID, cur.State = sandboxID, pod.StateReady
 	l.pods[p.Key()] = cur
-	_ = l.checkpoint(cur) // logged; start-up reconciliation completes a pending record
+	done := l.save(cur) // a crash before it is written: start-up reconciliation completes the pending record
 	l.publish()
+	return done
 }
 
 // settleFailed settles a RunPodSandbox that containerd answered with an
@@ -140,11 +174,8 @@ func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
 	if !ok || cur.SandboxID != "" {
 		return
 	}
-	if err := l.store.Delete(p.Key()); err != nil {
-		l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-	}
+	l.drop(p.Key())
 	delete(l.pods, p.Key())
-	delete(l.unsaved, p.Key())
 	l.publish()
 }
 
@@ -155,7 +186,7 @@ func (l *Loop) SandboxStopped(sandboxID string) {
 			return false
 		}
 		p.State = pod.StateStopped
-		_ = l.checkpoint(p)
+		l.save(p)
 		return true
 	})
 }
@@ -174,9 +205,7 @@ func (l *Loop) removeSandbox(sandboxID string) {
 	if p == nil {
 		return
 	}
-	if err := l.store.Delete(p.Key()); err != nil {
-		l.log.WithError(err).WithFields(podFields(p)).Warn("cannot delete checkpoint")
-	}
+	l.drop(p.Key())
 	delete(l.pods, p.Key())
 	l.publish()
 }

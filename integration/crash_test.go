@@ -190,7 +190,7 @@ func (gp *guardProc) restoreTotals() map[string]int {
 	return totals
 }
 
-var restoreField = regexp.MustCompile(`\b(records|dropped|completed|adopted|admitted|refused|stopped)=(\d+)`)
+var restoreField = regexp.MustCompile(`\b(records|dropped|completed|adopted|admitted|refused|evicting)=(\d+)`)
 
 // dialSocket is a CRI connection that reconnects quickly after the server
 // restarts (the default backoff grows to two minutes).

@@ -4,12 +4,16 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -17,13 +21,16 @@ import (
 // BestEffort pod are created through cri-guard without pressure; cri-guard
 // is stopped, memory pressure set, and cri-guard started again on the same
 // state dir. The checkpoints are replayed through admission: with
-// restoredPods: enforce the BestEffort sandbox is stopped before cri-guard
-// serves and the critical one stays ready; with restoredPods: warn both stay
-// ready.
+// restoredPods: enforce the BestEffort sandbox is evicted through the one
+// eviction path (counted, its record stopped with EvictedAt) and the
+// critical one stays ready; after another restart under pressure its
+// recreation (attempt 1, Burstable, which the condition alone would admit)
+// is refused as Evicted. With restoredPods: warn both stay ready.
 //
-// housekeepingInterval is an hour, and no fast path runs, so that only restore acts: under pressure
-// the eviction loop would otherwise stop the BestEffort pod too, and the
-// test could not tell which of the two did it.
+// housekeepingInterval is an hour, and no fast path runs, so that only the
+// restore's refusal acts: under pressure the eviction loop would otherwise
+// stop the BestEffort pod too, and the test could not tell which of the two
+// did it.
 //
 // Restore adopts every ready sandbox containerd runs, so with enforce it
 // would also stop BestEffort sandboxes of tests running next to this one on
@@ -70,6 +77,14 @@ restoredPods: `+tt.restoredPods+"\n")
 			gp.start() // returns once restore is done: cri-guard serves only then
 
 			sbs := containerdSandboxes(t, env, run)
+			if !tt.wantBestReady {
+				// evicted by the loop once it runs, not by the restore itself
+				deadline := time.Now().Add(30 * time.Second)
+				for sbs[best] != nil && sbs[best].State == runtimeapi.PodSandboxState_SANDBOX_READY && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+					sbs = containerdSandboxes(t, env, run)
+				}
+			}
 			state := func(id string) runtimeapi.PodSandboxState {
 				sb, ok := sbs[id]
 				if !ok {
@@ -95,19 +110,45 @@ restoredPods: `+tt.restoredPods+"\n")
 			if tt.wantBestReady {
 				wantRec = pod.StateReady
 			}
-			found := false
-			for _, r := range gp.records(run) {
-				if r.SandboxID == best {
-					found = true
-					if r.State != wantRec {
-						t.Errorf("record of the BestEffort pod: state %s, want %s", r.State, wantRec)
+			var rec *checkpoint.Record
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				for _, r := range gp.records(run) {
+					if r.SandboxID == best {
+						rec = &r
 					}
 				}
+				if (rec != nil && rec.State == wantRec) || time.Now().After(deadline) {
+					break
+				}
 			}
-			if !found {
-				t.Errorf("no record of the BestEffort sandbox %s after the restart", best)
+			switch {
+			case rec == nil:
+				t.Fatalf("no record of the BestEffort sandbox %s after the restart", best)
+			case rec.State != wantRec:
+				t.Errorf("record of the BestEffort pod: state %s, want %s", rec.State, wantRec)
+			case rec.Pod.EvictedAt.IsZero() != tt.wantBestReady:
+				t.Errorf("record of the BestEffort pod: evicted at %v, want set only when evicted", rec.Pod.EvictedAt)
 			}
 			t.Logf("restoredPods %s: BestEffort %s, critical %s; restore: %v", tt.restoredPods, state(best), state(critical), gp.restoreTotals())
+			if tt.wantBestReady {
+				return
+			}
+
+			// another restart, pressure still on: the evicted pod's
+			// recreation is refused by the re-admission guard restored from
+			// its record
+			gp.signal(syscall.SIGTERM)
+			gp.start()
+			md := sbs[best].Metadata
+			pc := qosPodConfig(md.Name, md.Uid, "burstable")
+			pc.Metadata.Attempt = 1
+			pc.Labels[runLabel] = run
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
+			if st, _ := status.FromError(err); st.Code() != codes.ResourceExhausted || !strings.HasPrefix(st.Message(), "Evicted: ") {
+				t.Fatalf("recreation of the evicted pod after another restart: %v, want ResourceExhausted Evicted", err)
+			}
 		})
 	}
 }

@@ -73,6 +73,14 @@ func (r CriticalRules) priorityAnnotation() string {
 	return r.PriorityAnnotation
 }
 
+// Annotations are the annotation keys these rules classify a pod by
+// (static, mirror, the legacy critical-pod mark, the priority key): a copy
+// of the pod that keeps them is classified as the pod is (a trimmed
+// checkpoint record, for one).
+func (r CriticalRules) Annotations() []string {
+	return []string{AnnotationConfigSource, AnnotationConfigMirror, AnnotationCriticalPod, r.priorityAnnotation()}
+}
+
 // IsStatic reports whether annotations mark a static pod: the config source
 // annotation is present and is not "api" (kubelet IsStaticPod).
 func IsStatic(annotations map[string]string) bool {

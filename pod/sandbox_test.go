@@ -325,3 +325,26 @@ func BenchmarkFromSandboxConfig(b *testing.B) {
 		}
 	}
 }
+
+// TestRulesAnnotations: every annotation classify reads is among the
+// rules' Annotations: a pod keeping only those is classified the same.
+func TestRulesAnnotations(t *testing.T) {
+	for _, rules := range []CriticalRules{{}, {PriorityAnnotation: "x.io/prio"}, {Mode: ModeSeed, PriorityAnnotation: "x.io/p"}} {
+		ann := map[string]string{AnnotationConfigSource: "file", AnnotationConfigMirror: "m", AnnotationCriticalPod: "",
+			rules.priorityAnnotation(): "2000000000", "other": "x"}
+		full := &Pod{Namespace: NamespaceSystem, Annotations: ann}
+		kept := &Pod{Namespace: NamespaceSystem, Annotations: map[string]string{}}
+		for _, k := range rules.Annotations() {
+			kept.Annotations[k] = ann[k]
+		}
+		if err := rules.classify(full); err != nil {
+			t.Fatal(err)
+		}
+		if err := rules.classify(kept); err != nil {
+			t.Fatal(err)
+		}
+		if full.Critical != kept.Critical || full.Static != kept.Static || full.Priority != kept.Priority || full.Evictable != kept.Evictable {
+			t.Fatalf("%+v: classified from its annotations %+v, from the kept ones %+v", rules, full, kept)
+		}
+	}
+}

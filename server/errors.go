@@ -10,9 +10,6 @@ import (
 
 // Sentinel errors a hook returns (wrapped) to pick the gRPC code the kubelet sees.
 var (
-	// ErrNotReady: cri-guard cannot decide yet (e.g. still restoring);
-	// the kubelet retries. Mapped to codes.Unavailable.
-	ErrNotReady = errors.New("cri-guard not ready")
 	// ErrInvalidRequest: the request cannot be decoded or lacks required
 	// fields. Mapped to codes.InvalidArgument.
 	ErrInvalidRequest = errors.New("invalid request")
@@ -42,8 +39,6 @@ func ToStatus(err error) error {
 	case errors.As(err, &r):
 		reason, msg := r.AdmissionRefused()
 		return status.Error(codes.ResourceExhausted, reason+": "+msg)
-	case errors.Is(err, ErrNotReady):
-		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

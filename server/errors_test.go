@@ -23,7 +23,6 @@ func TestToStatus(t *testing.T) {
 		{name: "status passes unchanged", err: runtimeErr, wantCode: codes.NotFound, wantMsg: "sandbox not found", same: true},
 		{name: "refusal", err: fmt.Errorf("admit: %w", refusal{"Evicted", "The node had condition: [MemoryPressure]. "}),
 			wantCode: codes.ResourceExhausted, wantMsg: "Evicted: The node had condition: [MemoryPressure]. "},
-		{name: "not ready", err: fmt.Errorf("restore: %w", ErrNotReady), wantCode: codes.Unavailable, wantMsg: "restore: cri-guard not ready"},
 		{name: "invalid", err: fmt.Errorf("decode: %w", ErrInvalidRequest), wantCode: codes.InvalidArgument, wantMsg: "decode: invalid request"},
 		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded, wantMsg: "x: context deadline exceeded"},
 		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled, wantMsg: "context canceled"},

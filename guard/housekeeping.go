@@ -1,0 +1,128 @@
+package guard
+
+import (
+	"context"
+	"time"
+)
+
+// psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
+// two and a half of the kernel's 2 s trigger windows. The interval is twice
+// the sampler's 50 ms minimum step for fresh averages, so each pass sees the
+// stall since the last one.
+const (
+	psiFollowUps        = 50
+	psiFollowUpInterval = 100 * time.Millisecond
+	followUpResync      = time.Second
+	// evictionSpacing: the least time between an eviction and the next one
+	// started by a quick pass on a PSI threshold alone (housekeeping ticks
+	// keep their own cadence, as the kubelet's one eviction per monitoring
+	// interval; a memory signal waits memoryEvictionSpacing)
+	evictionSpacing = time.Second
+	// memoryEvictionSpacing: the same on a memory signal. Short, as the
+	// race measured a second runaway lost to the OOM killer waiting out
+	// the second; not zero, so that pressure that evictions do not relieve
+	// (memory held outside the pods, a dead victim's page cache not yet
+	// reclaimed) evicts at most ten pods a second, each after a fresh
+	// sample, not one per stop.
+	memoryEvictionSpacing = 100 * time.Millisecond
+)
+
+// syncOnce runs one housekeeping pass synchronously on the loop goroutine:
+// the step tests drive.
+func (l *Loop) syncOnce(ctx context.Context) error {
+	return l.do(ctx, func() { l.housekeeping(ctx, passManual) })
+}
+
+// pass is what started a housekeeping pass.
+type pass int
+
+const (
+	passTick     pass = iota // the housekeeping interval
+	passManual               // syncOnce
+	passTrigger              // a PSI trigger or a memcg notification (Trigger)
+	passFollowUp             // one of the quick passes after a trigger
+	passFastPoll             // the fast poll near a threshold
+	passRefused              // the next restored pod refused at start-up is due
+)
+
+func (p pass) String() string {
+	return [...]string{"tick", "manual", "trigger", "follow-up", "fast-poll", "restored-refused"}[p]
+}
+
+// quick passes come many times a second while memory is short: they list
+// the runtime's sandboxes at most once per followUpResync.
+func (p pass) quick() bool { return p == passFollowUp || p == passFastPoll }
+
+// spaced passes start the next eviction no sooner than evictionSpacing
+// (memoryEvictionSpacing on a memory signal) after the last settled; the
+// housekeeping tick keeps its own cadence, as the kubelet's one eviction
+// per monitoring interval.
+func (p pass) spaced() bool { return p != passTick && p != passManual }
+
+// housekeeping resyncs with the runtime, then lets the evictor act.
+func (l *Loop) housekeeping(ctx context.Context, why pass) {
+	if l.wdog != nil {
+		defer l.wdog()
+	}
+	// Follow-ups come every 100 ms while memory is short (fast polls every
+	// FastPoll.Interval near a threshold): they evaluate the
+	// fresh pressure each time but list the sandboxes (the runtime events
+	// keep the view true in between) at most once per followUpResync.
+	if !why.quick() || l.now().Sub(l.lastResync) >= followUpResync {
+		l.lastResync = l.now()
+		l.resync(ctx)
+		l.retryUnsaved()
+	}
+	if l.evicting != nil {
+		// one eviction at a time: the next waits until this one is done;
+		// meanwhile admission gets current conditions, and the grace
+		// period is cut short if the node is a moment from OOM
+		l.ev.Observe()
+		l.cutGrace()
+		return
+	}
+	if e := l.nextRefused(); e != nil {
+		// restored pods that admission refused at start-up come first (the
+		// kubelet rejects them when it starts), evictionSpacing apart
+		l.ev.Observe()
+		if l.now().Sub(l.lastEvicted) >= evictionSpacing {
+			l.applyAPI()
+			l.evict(e)
+		}
+		return
+	}
+	if since := l.now().Sub(l.lastEvicted); why.spaced() && since < evictionSpacing {
+		// The quick passes (triggers, follow-ups, fast polls) start the
+		// next eviction no sooner than evictionSpacing after the last
+		// settled, as a PSI average still holds the stall the victim
+		// caused; a memory signal met in a sample taken after the victim's
+		// stop returned (its processes are gone, their memory uncharged)
+		// is now, and waits only memoryEvictionSpacing: a second runaway
+		// must not get a second to reach the OOM killer.
+		l.ev.Observe()
+		if l.lastFailed || since < memoryEvictionSpacing || !l.ev.Evaluation().MemoryThresholdMet() {
+			return
+		}
+	}
+	l.applyAPI()
+	e, err := l.ev.Synchronize(l.active())
+	if err != nil {
+		// said once as a warning (the evictor's stats error is in status
+		// and metrics meanwhile), then at debug while it lasts
+		log := l.log.WithError(err).WithField("trigger", why.String())
+		if l.passErr == "" {
+			log.Warn("eviction pass failed; further failures are logged at debug level until a pass succeeds")
+		} else {
+			log.Debug("eviction pass failed")
+		}
+		l.passErr = err.Error()
+		return
+	}
+	if l.passErr != "" {
+		l.log.WithField("last_error", l.passErr).Info("eviction passes succeed again")
+		l.passErr = ""
+	}
+	if e != nil {
+		l.evict(e)
+	}
+}

@@ -1,0 +1,94 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cri-guard/cri-guard/evictor"
+)
+
+// TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
+// last eviction settled lets the next quick pass (fast poll, memcg
+// notification) evict the next pod memoryEvictionSpacing after it, not
+// evictionSpacing later: a second runaway must not get a second to reach
+// the OOM killer.
+func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h.sampler.set(512 << 20)
+	ctx := context.Background()
+	housekeep := func(why pass) {
+		t.Helper()
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+			t.Fatal(err)
+		}
+		h.settled(t)
+	}
+	clock := time.Unix(5000, 0)
+	h.loop.now = func() time.Time { return clock }
+	housekeep(passFastPoll)
+	clock = clock.Add(memoryEvictionSpacing / 2)
+	housekeep(passFastPoll) // too soon even on a memory signal
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", memoryEvictionSpacing/2, got)
+	}
+	clock = clock.Add(memoryEvictionSpacing)
+	housekeep(passFastPoll) // within evictionSpacing, after memoryEvictionSpacing
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", memoryEvictionSpacing*3/2, got)
+	}
+}
+
+// TestGraceCutShortWhenMemoryCritical: while the victim's containers are
+// in their grace period (ignoring SIGTERM), a sample with memory.available
+// under half of the hard threshold kills the sandbox at once
+// (StopContainer with no grace), once, and recorded; above half, the grace
+// period runs.
+func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.ctrHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	housekeep := func(why pass) {
+		t.Helper()
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ",")+",", "StopContainer c-s1 0,") }
+	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
+	housekeep(passTick)
+	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
+	housekeep(passFastPoll)
+	time.Sleep(20 * time.Millisecond)
+	if n := kills(); n != 0 {
+		t.Fatalf("sandbox stopped %d times during the grace period with memory above half the threshold", n)
+	}
+	h.sampler.set(300 << 20)
+	housekeep(passFastPoll)
+	waitFor(t, func() bool { return kills() == 1 })
+	housekeep(passFastPoll)
+	close(rt.ctrHang) // the kill ended the container
+	h.settled(t)
+	if n := kills(); n != 1 {
+		t.Fatalf("StopContainer c-s1 0 calls = %d, want the kill once: %v", n, rt.Calls())
+	}
+	if n := strings.Count(strings.Join(rt.Calls(), ","), "StopPodSandbox s1"); n != 1 {
+		t.Fatalf("StopPodSandbox s1 calls = %d, want the eviction's own only: %v", n, rt.Calls())
+	}
+	var kinds []evictor.Kind
+	for _, d := range h.ev.Snapshot().Decisions {
+		if d.Kind == evictor.KindEvict || d.Kind == evictor.KindGraceCut {
+			kinds = append(kinds, d.Kind)
+		}
+	}
+	if !slices.Equal(kinds, []evictor.Kind{evictor.KindGraceCut, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want the grace cut, then the eviction", kinds)
+	}
+}

@@ -1,0 +1,243 @@
+package guard
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// maxWrites bounds the checkpoint writes under way at once (each on a
+// goroutine of its own, one per pod key at most).
+const maxWrites = 4
+
+// writer makes the loop's records durable off the loop goroutine: the loop
+// decides and records in memory, hands the writer a snapshot of the record
+// (or a delete) and goes on; an fsync never holds up an eviction (under
+// memory pressure writeback is throttled exactly when the loop must act).
+//
+// Every write has a sequence number. At most one write per pod key is under
+// way (the store's lock is per file name anyway), and one more may wait
+// behind it: a later write of the key supersedes the waiting one, whose
+// waiters are then woken by the later write. Each outcome is queued for the
+// loop (take), which records it (Loop.recordWrites).
+type writer struct {
+	store Store
+	sem   chan struct{}
+
+	mu       sync.Mutex
+	seq      uint64
+	keys     map[string]*slot
+	pending  int           // writes submitted and not done
+	drained  chan struct{} // closed when pending drops to 0
+	outcomes []written
+	ready    chan struct{} // signalled when outcomes has entries
+}
+
+// slot is one pod key's writes: the one under way and the one waiting.
+type slot struct {
+	running, queued *write
+}
+
+// write is one put (rec set) or delete (rec nil) of a record.
+type write struct {
+	key  string
+	seq  uint64
+	rec  *checkpoint.Record
+	done chan struct{} // closed when this write, or one that superseded it, is done
+}
+
+// written is the outcome of one write, as the loop records it.
+type written struct {
+	key string
+	seq uint64
+	del bool
+	err error
+}
+
+func newWriter(s Store) *writer {
+	return &writer{store: s, sem: make(chan struct{}, maxWrites), keys: map[string]*slot{}, ready: make(chan struct{}, 1)}
+}
+
+// put queues a write of rec; the channel is closed once it (or a later
+// write of the same key) is done, successful or not.
+func (w *writer) put(rec checkpoint.Record) (uint64, <-chan struct{}) {
+	return w.submit(rec.Pod.Key(), &rec)
+}
+
+// delete queues the removal of key's record.
+func (w *writer) delete(key string) (uint64, <-chan struct{}) {
+	return w.submit(key, nil)
+}
+
+func (w *writer) submit(key string, rec *checkpoint.Record) (uint64, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	j := &write{key: key, seq: w.seq, rec: rec}
+	s := w.keys[key]
+	if s == nil {
+		s = &slot{}
+		w.keys[key] = s
+	}
+	switch {
+	case s.running == nil:
+		j.done = make(chan struct{})
+		s.running = j
+		go w.run(j)
+	case s.queued != nil:
+		// supersedes the waiting write, which is never done on its own
+		j.done = s.queued.done
+		s.queued = j
+		return j.seq, j.done
+	default:
+		j.done = make(chan struct{})
+		s.queued = j
+	}
+	if w.pending == 0 {
+		w.drained = make(chan struct{})
+	}
+	w.pending++
+	return j.seq, j.done
+}
+
+// run does j, then the writes queued behind it for the same key.
+func (w *writer) run(j *write) {
+	for j != nil {
+		w.sem <- struct{}{}
+		var err error
+		if j.rec != nil {
+			err = w.store.Put(*j.rec)
+		} else {
+			err = w.store.Delete(j.key)
+		}
+		<-w.sem
+		w.mu.Lock()
+		s := w.keys[j.key]
+		next := s.queued
+		s.running, s.queued = next, nil
+		if next == nil {
+			delete(w.keys, j.key)
+		}
+		w.outcomes = append(w.outcomes, written{key: j.key, seq: j.seq, del: j.rec == nil, err: err})
+		if w.pending--; w.pending == 0 {
+			close(w.drained)
+		}
+		w.mu.Unlock()
+		close(j.done)
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+		j = next
+	}
+}
+
+// take returns the outcomes queued since the last call, oldest first.
+func (w *writer) take() []written {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.outcomes
+	w.outcomes = nil
+	return out
+}
+
+// flush waits until every write submitted so far, and any submitted
+// meanwhile, is done, or ctx ends.
+func (w *writer) flush(ctx context.Context) error {
+	w.mu.Lock()
+	if w.pending == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	ch := w.drained
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		return w.flush(ctx) // writes submitted while waiting
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// save queues a durable write of p's record (loop goroutine): the writer
+// does it off the loop; the returned channel is closed once it is done
+// (RunPodSandbox waits for its pending record on its own goroutine). The
+// outcome comes back through the loop's queue (recordWrites).
+func (l *Loop) save(p *pod.Pod) <-chan struct{} {
+	seq, done := l.w.put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()})
+	l.writing[p.Key()] = seq
+	return done
+}
+
+// drop queues the removal of a pod's record (loop goroutine); a write
+// still waiting is superseded.
+func (l *Loop) drop(key string) {
+	seq, _ := l.w.delete(key)
+	l.writing[key] = seq
+	delete(l.unsaved, key)
+}
+
+// recordWrites records the outcomes of the writer's writes (loop
+// goroutine); only the last write of a record counts. A failed write is
+// logged once and counted (checkpoint_operations_total), the record stays
+// in memory, and housekeeping writes it again until it succeeds
+// (retryUnsaved): what the record guards (the re-admission guard is in the
+// evictor's memory) holds meanwhile.
+func (l *Loop) recordWrites() {
+	for _, o := range l.w.take() {
+		if l.writing[o.key] != o.seq {
+			continue // a later write of the record is under way
+		}
+		delete(l.writing, o.key)
+		fields := keyFields(o.key)
+		if p, ok := l.pods[o.key]; ok {
+			fields = podFields(p)
+		}
+		switch {
+		case o.del:
+			if o.err != nil {
+				l.log.WithError(o.err).WithFields(fields).Warn("cannot delete checkpoint")
+			}
+		case o.err != nil:
+			if !l.unsaved[o.key] {
+				l.log.WithError(o.err).WithFields(fields).Error("cannot write checkpoint: kept in memory, written again on each housekeeping pass")
+			}
+			l.unsaved[o.key] = true
+		case l.unsaved[o.key]:
+			delete(l.unsaved, o.key)
+			l.log.WithFields(fields).Info("checkpoint written after earlier failures")
+		}
+	}
+}
+
+// retryUnsaved writes again the records whose last write failed (loop
+// goroutine).
+func (l *Loop) retryUnsaved() {
+	for key := range l.unsaved {
+		p, ok := l.pods[key]
+		if !ok {
+			delete(l.unsaved, key) // gone meanwhile: nothing to write
+			continue
+		}
+		if _, busy := l.writing[key]; !busy {
+			l.save(p)
+		}
+	}
+}
+
+// Flush waits until the records handed to the writer so far are written
+// (shutdown: after Run returned, before the store is closed), or ctx ends.
+func (l *Loop) Flush(ctx context.Context) error {
+	return l.w.flush(ctx)
+}
+
+// keyFields are the log fields of a pod known by its key alone.
+func keyFields(key string) logrus.Fields {
+	uid, _, _ := strings.Cut(key, "/")
+	return logrus.Fields{"pod_uid": uid}
+}

@@ -1,0 +1,120 @@
+package guard
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// TestWriterSupersedes: while a record's write is under way, a later write
+// of it supersedes the one waiting; the superseded write's waiters are
+// woken by the later one, and each outcome carries its sequence number.
+func TestWriterSupersedes(t *testing.T) {
+	s := newMemStore()
+	w := newWriter(s)
+	release := s.hold()
+	rec := func(st pod.State) checkpoint.Record {
+		return checkpoint.Record{Pod: pod.Pod{UID: "u1"}, State: st}
+	}
+	seq1, done1 := w.put(rec(pod.StatePending))
+	_, done2 := w.put(rec(pod.StateReady))
+	seq3, done3 := w.put(rec(pod.StateStopped))
+	select {
+	case <-done1:
+		t.Fatal("a write held by the store is done")
+	case <-done2:
+		t.Fatal("a waiting write is done")
+	default:
+	}
+	release()
+	for _, done := range []<-chan struct{}{done1, done2, done3} {
+		<-done
+	}
+	if err := w.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var states []pod.State
+	for _, r := range s.puts {
+		states = append(states, r.State)
+	}
+	if !slices.Equal(states, []pod.State{pod.StatePending, pod.StateStopped}) {
+		t.Fatalf("writes = %v, want the first and the last (the second superseded)", states)
+	}
+	var seqs []uint64
+	for _, o := range w.take() {
+		seqs = append(seqs, o.seq)
+	}
+	if !slices.Equal(seqs, []uint64{seq1, seq3}) {
+		t.Fatalf("outcomes %v, want %v", seqs, []uint64{seq1, seq3})
+	}
+}
+
+// TestSlowStoreDoesNotHoldTheLoop: with a state disk whose writes do not
+// return, the loop still runs its housekeeping pass and evicts under
+// pressure; the eviction is recorded in memory at once and on disk once
+// the disk answers. A RunPodSandbox waits for its own pending record (on
+// its own goroutine) before the runtime sees the pod.
+func TestSlowStoreDoesNotHoldTheLoop(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	store := newMemStore()
+	h := newRealHarness(t, store, rt, time.Second)
+	release := store.hold()
+	defer release()
+
+	forwarded := make(chan struct{})
+	ran := make(chan error, 1)
+	go func() {
+		crit := newPod("crit", 0, pod.BestEffort, true)
+		_, err := h.loop.RunPodSandbox(context.Background(), crit, func(context.Context) (string, bool, error) {
+			close(forwarded)
+			rt.addSandbox("s-crit", "crit", 0, true, time.Now())
+			return "s-crit", false, nil
+		})
+		ran <- err
+	}()
+	waitFor(t, func() bool { // admitted: its pending record is queued
+		for _, p := range h.loop.Pods() {
+			if p.UID == "crit" {
+				return true
+			}
+		}
+		return false
+	})
+
+	h.sampler.set(512 << 20)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatalf("housekeeping pass with the state disk held: %v", err)
+	}
+	h.settled(t)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
+		t.Fatalf("decisions with the state disk held = %v, want the eviction", got)
+	}
+	if st := h.podState("p1/0"); st != pod.StateStopped {
+		t.Fatalf("evicted pod's state in memory = %q, want stopped", st)
+	}
+	select {
+	case <-forwarded:
+		t.Fatal("RunPodSandbox forwarded before its pending record was written")
+	default:
+	}
+
+	release()
+	if err := <-ran; err != nil {
+		t.Fatalf("RunPodSandbox after the disk answered: %v", err)
+	}
+	flushed(t, h.loop)
+	if rec, ok := store.get("p1/0"); !ok || rec.State != pod.StateStopped || rec.Pod.EvictedAt.IsZero() {
+		t.Fatalf("evicted pod's record = %+v (present %v), want stopped with EvictedAt", rec, ok)
+	}
+	if rec, ok := store.get("crit/0"); !ok || rec.SandboxID != "s-crit" {
+		t.Fatalf("critical pod's record = %+v (present %v), want its sandbox", rec, ok)
+	}
+}
