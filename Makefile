@@ -22,6 +22,7 @@ RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
 CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
 CLUSTER_TIMEOUT ?= 20m
+CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
@@ -60,7 +61,7 @@ kubeletdiff:
 # exits non-zero if anything failed.
 test:
 	@rc=0; \
-	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; scripts/vm.sh down || rc=1' EXIT; \
+	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh down || rc=1' EXIT; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
@@ -78,12 +79,12 @@ test:
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
 	scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; \
-	if scripts/vm.sh up; then \
-	  CRI_GUARD_VM=1 $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/ || rc=1; \
+	if CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh up; then \
+	  CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/ || rc=1; \
 	else \
 	  echo "make test: scripts/vm.sh up failed" >&2; rc=1; \
 	fi; \
-	scripts/vm.sh down || rc=1; trap - EXIT; \
+	CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh down || rc=1; trap - EXIT; \
 	exit $$rc
 
 integration:
@@ -108,7 +109,7 @@ vm-down:
 	scripts/vm.sh down
 
 guest-test:
-	CRI_GUARD_VM=1 $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
+	CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
 
 cluster-test:
 	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/

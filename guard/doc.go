@@ -34,8 +34,9 @@
 //     and fails the call unforwarded.
 //  3. Forward through create, the function the server hands in, off the
 //     loop.
-//  4. Settle on the loop, bounded by afterRuntimeTimeout whatever the
-//     kubelet's deadline: settleCreated records the sandbox id and the
+//  4. Settle on the loop, waited for at most Config.AfterRuntimeTimeout
+//     whatever the kubelet's deadline, and never dropped (a busy loop
+//     settles it later): settleCreated records the sandbox id and the
 //     ready state and queues the write; settleFailed drops the pending
 //     record when the runtime's answer says for certain that no sandbox
 //     exists, and keeps it for start-up otherwise.

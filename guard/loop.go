@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -86,6 +87,10 @@ type Config struct {
 	// StopTimeout bounds one eviction (grace period plus this): a stop that
 	// takes longer counts as failed.
 	StopTimeout time.Duration
+	// AfterRuntimeTimeout bounds how long a CRI call waits for the loop to
+	// record the runtime's answer (default 10 s); the answer is recorded
+	// however late.
+	AfterRuntimeTimeout time.Duration
 	// FastPoll polls fast near a threshold (fastpath.go); zero: off.
 	FastPoll FastPoll
 }
@@ -151,6 +156,9 @@ func New(cfg Config, o Options) (*Loop, error) {
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = 30 * time.Second
 	}
+	if cfg.AfterRuntimeTimeout <= 0 {
+		cfg.AfterRuntimeTimeout = defaultAfterRuntimeTimeout
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -168,6 +176,36 @@ func New(cfg Config, o Options) (*Loop, error) {
 		unsaved: map[string]bool{},
 		done:    make(chan struct{}),
 	}, nil
+}
+
+// doEventually runs f on the loop like do, but f is never dropped: an
+// outcome that happened (a sandbox created, stopped, removed) must be
+// recorded however busy the loop is. When ctx ends before the loop took f,
+// f is handed over in the background and runs as soon as the loop is free
+// (seen in a slow guest: a loop busy for over 10 s left a created sandbox's
+// pod pending for good, unranked, never evicted); the error says so.
+func (l *Loop) doEventually(ctx context.Context, f func()) error {
+	finished := make(chan struct{})
+	g := func() { f(); close(finished) }
+	select {
+	case l.updates <- g:
+	case <-l.done:
+		return ErrStopped
+	case <-ctx.Done():
+		go func() {
+			select {
+			case l.updates <- g:
+			case <-l.done:
+			}
+		}()
+		return fmt.Errorf("sync loop busy, recorded once it is free: %w", ctx.Err())
+	}
+	select {
+	case <-finished:
+		return nil
+	case <-l.done:
+		return ErrStopped
+	}
 }
 
 // ErrStopped is returned by calls made after the loop has stopped.

@@ -336,3 +336,42 @@ func TestFollowUpResync(t *testing.T) {
 		t.Fatalf("%d eviction passes, want one per step (%d)", got, len(steps))
 	}
 }
+
+// TestBusyLoopStillSettles: when the loop is busy past the bound a CRI call
+// waits for it, the runtime's answer is still recorded once the loop is free
+// (it was dropped, and the created sandbox's pod stayed pending, unranked,
+// never evicted: seen in the UML guest, where a loop was busy for 10 s).
+func TestBusyLoopStillSettles(t *testing.T) {
+	h := newHarness(t, true)
+	h.loop.cfg.AfterRuntimeTimeout = 50 * time.Millisecond
+	h.start(t)
+	release := make(chan struct{})
+	p := newPod("u1", 0, pod.BestEffort, false)
+	_, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+		// the loop gets busy while the runtime creates the sandbox
+		go func() { _ = h.loop.do(context.Background(), func() { <-release }) }()
+		time.Sleep(20 * time.Millisecond)
+		return "sb1", false, nil
+	})
+	if err != nil {
+		t.Fatalf("RunPodSandbox failed after the runtime succeeded: %v", err)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var st pod.State
+		var id string
+		_ = h.loop.do(context.Background(), func() {
+			if q, ok := h.loop.pods[p.Key()]; ok {
+				st, id = q.State, q.SandboxID
+			}
+		})
+		if st == pod.StateReady && id == "sb1" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod after a busy loop: state %q sandbox %q, want ready sb1", st, id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

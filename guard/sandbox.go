@@ -9,10 +9,11 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// afterRuntimeTimeout bounds the bookkeeping done after containerd answered,
-// independent of the kubelet's deadline: a call is never failed after
-// containerd succeeded.
-const afterRuntimeTimeout = 10 * time.Second
+// defaultAfterRuntimeTimeout is Config.AfterRuntimeTimeout's default: how
+// long a CRI call waits for the bookkeeping done after containerd answered,
+// independent of the kubelet's deadline (a call is never failed after
+// containerd succeeded, and the outcome is recorded however late).
+const defaultAfterRuntimeTimeout = 10 * time.Second
 
 // RunPodSandbox is HandlePodAdditions for one RunPodSandbox, the whole
 // operation in one place (the walk in the package doc): admit p on the
@@ -42,7 +43,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
 	}
 
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterRuntimeTimeout)
+	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.AfterRuntimeTimeout)
 	defer cancel()
 	// the pending record is on disk before the runtime sees the pod (a
 	// crash in between leaves a record that start-up reconciles); waited
@@ -52,7 +53,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		select {
 		case <-pending:
 		case <-ctx.Done():
-			_ = l.do(settle, func() { l.settleFailed(p, kept, true) })
+			_ = l.doEventually(settle, func() { l.settleFailed(p, kept, true) })
 			return "", fmt.Errorf("record pod %q: %w", p.String(), ctx.Err())
 		}
 	}
@@ -64,9 +65,15 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		settled <-chan struct{} // closed once the settled record is written
 	)
 	if err != nil {
-		serr = l.do(settle, func() { l.settleFailed(p, kept, notCreated) })
+		serr = l.doEventually(settle, func() { l.settleFailed(p, kept, notCreated) })
 	} else {
-		serr = l.do(settle, func() { settled = l.settleCreated(p, id) })
+		var ch <-chan struct{}
+		// ch is read only once the closure ran (serr nil); a late run
+		// writes it with nobody reading
+		serr = l.doEventually(settle, func() { ch = l.settleCreated(p, id) })
+		if serr == nil {
+			settled = ch
+		}
 	}
 	if settled != nil {
 		// the answer goes out once the record names its sandbox, as it did
@@ -80,8 +87,9 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		}
 	}
 	if serr != nil {
-		// start-up reconciliation completes or drops the pending record
-		l.log.WithError(serr).WithFields(podFields(p)).Warn("cannot record the runtime's answer")
+		// recorded late, or (cri-guard stopping) start-up reconciliation
+		// completes or drops the pending record
+		l.log.WithError(serr).WithFields(podFields(p)).Warn("the runtime's answer is not recorded yet")
 	}
 	return id, err
 }
@@ -194,9 +202,9 @@ func (l *Loop) SandboxStopped(sandboxID string) {
 // SandboxRemoved forgets the sandbox and deletes its checkpoint
 // (RemovePodSandbox succeeded).
 func (l *Loop) SandboxRemoved(sandboxID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), afterRuntimeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.AfterRuntimeTimeout)
 	defer cancel()
-	_ = l.do(ctx, func() { l.removeSandbox(sandboxID) })
+	_ = l.doEventually(ctx, func() { l.removeSandbox(sandboxID) })
 }
 
 // removeSandbox drops the pod with this sandbox (loop goroutine).
@@ -212,9 +220,9 @@ func (l *Loop) removeSandbox(sandboxID string) {
 
 // update applies f to the pod with this sandbox on the loop goroutine.
 func (l *Loop) update(sandboxID string, f func(p *pod.Pod) bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), afterRuntimeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.AfterRuntimeTimeout)
 	defer cancel()
-	_ = l.do(ctx, func() {
+	_ = l.doEventually(ctx, func() {
 		if p := l.bySandbox(sandboxID); p != nil && f(p) {
 			l.publish()
 		}

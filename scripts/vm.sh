@@ -205,7 +205,9 @@ build() {
   local kp ip rc=0
   build_kernel >"$VMC/kernel.log" 2>&1 & kp=$!
   build_image >"$VMC/image.log" 2>&1 & ip=$!
-  build_containerd && build_runc && build_crictl && "$SRC/scripts/cluster.sh" build || rc=1
+  # The guest needs only the kubelet of the cluster's release.
+  build_containerd && build_runc && build_crictl &&
+    { [ -x "$("$SRC/scripts/cluster.sh" kbin)/kubelet" ] || "$SRC/scripts/cluster.sh" build; } || rc=1
   wait $kp || { cat "$VMC/kernel.log" >&2; rc=1; }
   wait $ip || { cat "$VMC/image.log" >&2; rc=1; }
   [ $rc = 0 ] || die "build failed"
@@ -217,7 +219,10 @@ build() {
 uml_pid() { # the running guest's UML process, if it is ours
   local p
   p=$(cat "$VM/uml.pid" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ -r "/proc/$p/cmdline" ] && tr '\0' ' ' <"/proc/$p/cmdline" | grep -q "vm.share=$SHARE"
+  [ -n "$p" ] && [ -r "/proc/$p/cmdline" ] || return 1
+  local c
+  c=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || return 1
+  [[ $c == *" vm.share=$SHARE "* ]] || return 1
   echo "$p"
 }
 

@@ -126,7 +126,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	})
 	if cfg.PSITrigger != "" {
 		wg.Go(func() {
-			runTrigger(loopCtx, sampler.TriggerFile(), cfg.PSITrigger, loop, logger.WithField("component", "psi"))
+			runTrigger(loopCtx, sampler.TriggerFile, cfg.PSITrigger, loop, logger.WithField("component", "psi"))
 		})
 	}
 	if cfg.KernelMemcgNotification {
@@ -278,18 +278,66 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	return guardParts{loop: loop, ev: ev, sampler: sampler, store: store, bounded: bounded}, nil
 }
 
+// triggerRecheck is how often runTrigger looks whether its file changed.
+const triggerRecheck = 5 * time.Second
+
 // runTrigger arms the PSI trigger on the pods cgroup's memory.pressure when
-// one is configured and readable, else on the node's, and runs a
-// housekeeping pass each time it fires.
-func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *logrus.Entry) {
+// one is configured and exists, else on the node's, and runs a housekeeping
+// pass each time it fires. It follows file (the sampler's TriggerFile): a
+// pods cgroup that appears after start-up (the kubelet creates
+// kubepods.slice after cri-guard on a booting systemd node, seen in the
+// guest) gets the trigger within triggerRecheck, and a trigger whose cgroup
+// went away falls back to the node's.
+func runTrigger(ctx context.Context, file func() string, spec string, loop *guard.Loop, log *logrus.Entry) {
+	for ctx.Err() == nil {
+		path := file()
+		tctx, cancel := context.WithCancel(ctx)
+		moved := make(chan struct{})
+		go func() {
+			t := time.NewTicker(triggerRecheck)
+			defer t.Stop()
+			for {
+				select {
+				case <-tctx.Done():
+					return
+				case <-t.C:
+					if file() != path {
+						close(moved)
+						cancel()
+						return
+					}
+				}
+			}
+		}()
+		retry := runTriggerOn(tctx, path, spec, loop, log)
+		cancel()
+		select {
+		case <-moved:
+			log.WithField("trigger_file", file()).Info("psi trigger file changed: re-arming")
+			continue
+		default:
+		}
+		if !retry {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(triggerRecheck):
+		}
+	}
+}
+
+// runTriggerOn runs one trigger on path until ctx ends or it fails; it
+// reports whether arming again may help.
+func runTriggerOn(ctx context.Context, path, spec string, loop *guard.Loop, log *logrus.Entry) bool {
 	tr, err := pressure.NewTrigger(path, spec)
 	if err != nil {
 		if errors.Is(err, pressure.ErrNotPressureFile) {
 			log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
-			return
+			return false
 		}
 		log.WithError(err).Error("psi trigger disabled")
-		return
+		return false
 	}
 	log.WithField("trigger", tr.String()).Info("psi trigger armed")
 	err = tr.Run(ctx, func() {
@@ -298,12 +346,16 @@ func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *l
 	})
 	switch {
 	case err == nil:
+		return false
 	case errors.Is(err, pressure.ErrNotPressureFile):
 		log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
+		return false
 	case errors.Is(err, pressure.ErrTriggerRejected):
 		log.WithError(err).Error("psi trigger rejected by the kernel: only housekeeping polls (use a window that is a multiple of 2s)")
+		return false
 	default:
-		log.WithError(err).Warn("psi trigger stopped: only housekeeping polls")
+		log.WithError(err).Warn("psi trigger stopped: re-armed when its file is back, housekeeping polls meanwhile")
+		return true
 	}
 }
 

@@ -11,9 +11,10 @@
 // tests, the guest proves the mechanisms.
 //
 //	scripts/vm.sh up
-//	CRI_GUARD_VM=1 go test -tags integration -count=1 -v ./integration/guest/
+//	CRI_GUARD_VM=/tmp/cri-guard-vm go test -tags integration -count=1 -v ./integration/guest/
 //	scripts/vm.sh down
 //
-// Without CRI_GUARD_VM every test skips and says why. `make test` runs them in
+// CRI_GUARD_VM names the guest's directory (scripts/vm.sh's, default
+// /tmp/cri-guard-vm); without it every test skips and says why. `make test` runs them in
 // its last stage, after the host stages, and always powers the guest off.
 package guest

@@ -24,7 +24,7 @@ var vmScript = func() string {
 func needGuest(t *testing.T) {
 	t.Helper()
 	if os.Getenv("CRI_GUARD_VM") == "" {
-		t.Skip("CRI_GUARD_VM not set: the guest tests need `scripts/vm.sh up` (make test runs them)")
+		t.Skip("CRI_GUARD_VM (the guest's directory, /tmp/cri-guard-vm) not set: the guest tests need `scripts/vm.sh up` (make test runs them)")
 	}
 	if out, err := exec.Command(vmScript, "status").CombinedOutput(); err != nil {
 		t.Fatalf("CRI_GUARD_VM is set but the guest does not answer: %v\n%s", err, out)
@@ -51,6 +51,10 @@ func (r result) get(k string) string {
 // ARGS after it, within timeout. The output is logged whole.
 func runScript(t *testing.T, timeout time.Duration, name string, args ...string) result {
 	t.Helper()
+	// the scripts source common.sh from their own directory
+	if out, err := exec.Command(vmScript, "cp", filepath.Join("testdata", "common.sh")).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/vm.sh cp common.sh: %v\n%s", err, out)
+	}
 	cp, err := exec.Command(vmScript, "cp", filepath.Join("testdata", name)).Output()
 	if err != nil {
 		t.Fatalf("scripts/vm.sh cp %s: %v", name, err)
