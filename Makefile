@@ -62,6 +62,7 @@ kubeletdiff:
 test:
 	@rc=0; \
 	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh down || rc=1' EXIT; \
+	mkdir -p bin; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) nice -n 10 scripts/vm.sh prebuild >bin/vm-prebuild.log 2>&1 & vmb=$$!; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
@@ -79,6 +80,7 @@ test:
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
 	scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; \
+	wait $$vmb || { echo "make test: scripts/vm.sh prebuild failed:" >&2; tail -40 bin/vm-prebuild.log >&2; rc=1; }; \
 	if CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh up; then \
 	  CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/ || rc=1; \
 	else \

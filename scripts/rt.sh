@@ -80,10 +80,12 @@ apt_install() {
   [ ${#missing[@]} -eq 0 ] && return 0
   ts "apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
-    apt-get update -q >/dev/null
-    apt-get install -y -q "${missing[@]}" >/dev/null
-  }
+  # one apt at a time: make test builds the guest (scripts/vm.sh) meanwhile
+  (flock 9
+    apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+      apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+      apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
+    }) 9>/tmp/cri-guard-apt.lock
 }
 
 tools() {

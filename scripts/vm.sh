@@ -3,6 +3,8 @@
 # current kubelet, cri-guard installed from its .deb) in a User-mode Linux guest.
 #
 #   scripts/vm.sh build                 build (or keep) everything the guest needs
+#   scripts/vm.sh prebuild              only what no other script builds (kernel, image,
+#                                       containerd, runc): make test starts it first
 #   scripts/vm.sh up                    build, boot the guest, provision it; idempotent
 #   scripts/vm.sh exec [-t SECS] -- CMD run CMD (a shell command line) in the guest as
 #                                       root: its output, its exit code (124: timed out)
@@ -198,6 +200,21 @@ build_share() {
   rm -rf "$SHARE/guest"; cp -a "$SRC/scripts/vm/guest" "$SHARE/guest"
 }
 
+# prebuild: the guest's own builds (kernel, image, containerd, runc), none
+# shared with the other scripts: make test runs it in the background while
+# the host stages run.
+prebuild() {
+  mkdir -p "$VMC"
+  local kp ip rc=0
+  build_kernel >"$VMC/kernel.log" 2>&1 & kp=$!
+  build_image >"$VMC/image.log" 2>&1 & ip=$!
+  build_containerd && build_runc || rc=1
+  wait $kp || { cat "$VMC/kernel.log" >&2; rc=1; }
+  wait $ip || { cat "$VMC/image.log" >&2; rc=1; }
+  [ $rc = 0 ] || die "prebuild failed"
+  cat "$VMC/kernel.log" "$VMC/image.log" >&2
+}
+
 build() {
   mkdir -p "$VMC" "$VM"
   apt_need e2fsprogs
@@ -305,6 +322,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
 build) build ;;
+prebuild) prebuild ;;
 build-kernel | build-image | build-containerd | build-runc | build-crictl) mkdir -p "$VMC"; "${cmd/-/_}" ;;
 up) up ;;
 down) down ;;

@@ -51,15 +51,25 @@ func (r result) get(k string) string {
 // ARGS after it, within timeout. The output is logged whole.
 func runScript(t *testing.T, timeout time.Duration, name string, args ...string) result {
 	t.Helper()
-	// the scripts source common.sh from their own directory
-	if out, err := exec.Command(vmScript, "cp", filepath.Join("testdata", "common.sh")).CombinedOutput(); err != nil {
-		t.Fatalf("scripts/vm.sh cp common.sh: %v\n%s", err, out)
+	// every script and manifest of testdata, side by side in the guest (the
+	// scripts source common.sh and read their manifests from their own directory)
+	files, err := filepath.Glob(filepath.Join("testdata", "*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("testdata: %v", err)
 	}
-	cp, err := exec.Command(vmScript, "cp", filepath.Join("testdata", name)).Output()
-	if err != nil {
-		t.Fatalf("scripts/vm.sh cp %s: %v", name, err)
+	guestPath := ""
+	for _, f := range files {
+		out, err := exec.Command(vmScript, "cp", f).Output()
+		if err != nil {
+			t.Fatalf("scripts/vm.sh cp %s: %v", f, err)
+		}
+		if filepath.Base(f) == name {
+			guestPath = strings.TrimSpace(string(out))
+		}
 	}
-	guestPath := strings.TrimSpace(string(cp))
+	if guestPath == "" {
+		t.Fatalf("no testdata/%s", name)
+	}
 	cmdline := "bash " + guestPath
 	for _, a := range args {
 		cmdline += " '" + strings.ReplaceAll(a, "'", `'\''`) + "'"

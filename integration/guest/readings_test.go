@@ -46,7 +46,7 @@ func TestGuestV2Readings(t *testing.T) {
 		pods++
 		within("working set of pod "+uid, k, "before_pod_ws_"+uid, "after_pod_ws_"+uid, slack)
 	}
-	if pods < 2 {
-		t.Errorf("cri-guard has stats for %d pods, want the 2 static pods at least", pods)
+	if pods < 1 {
+		t.Errorf("cri-guard has stats for %d pods, want the evictable static pod at least", pods)
 	}
 }
