@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -109,7 +107,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	if kc != nil {
 		wg.Go(func() { kc.Run(loopCtx) })
-		wg.Go(func() { syncNodeCondition(loopCtx, kc, ev.Snapshot) })
 	}
 	// One runtime event stream, shared by the sync loop and every kubelet
 	// stream (containerd 1.7 would split events among separate streams).
@@ -239,7 +236,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		HardGracePeriod:   hardGracePeriod,
 		OnStatsError:      evictor.StatsErrorPolicy(cfg.OnStatsError),
 		DryRun:            cfg.DryRun,
-	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs})
+	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs, OnPressure: onPressure(kc)})
 	if err != nil {
 		bounded.Close()
 		return guardParts{}, err
@@ -370,35 +367,14 @@ func runTrigger(ctx context.Context, path, spec string, loop *guard.Loop, log *l
 	}
 }
 
-// syncNodeCondition keeps cri-guard's node condition in the API in step
-// with the eviction manager's view: it reads the snapshot every 2 s and
-// queues a change (the client writes only changes).
-func syncNodeCondition(ctx context.Context, kc *kube.Client, snapshot func() evictor.Status) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		s := snapshot()
-		if !s.SampledAt.IsZero() {
-			pressure := slices.Contains(s.Conditions, evictor.ConditionMemoryPressure)
-			msg := "cri-guard sees no memory pressure"
-			if pressure {
-				msg = "cri-guard sees memory pressure"
-				var acting []string // stable while it lasts: no observed values
-				for _, t := range s.Thresholds {
-					if t.Acting || t.Pending {
-						acting = append(acting, t.Threshold.String())
-					}
-				}
-				if len(acting) > 0 {
-					msg += ": " + strings.Join(acting, "; ")
-				}
-			}
-			kc.SetNodeCondition(pressure, msg)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// onPressure is the eviction manager's OnPressure: cri-guard's node
+// condition in the API follows its view of memory pressure; nil without an
+// API connection.
+func onPressure(kc *kube.Client) func(evictor.Pressure) {
+	if kc == nil {
+		return nil
+	}
+	return func(p evictor.Pressure) {
+		kc.SetNodePressure(kube.NodePressure{MemoryPressure: p.MemoryPressure, Thresholds: p.Thresholds})
 	}
 }
