@@ -56,6 +56,9 @@ type API struct {
 	Pending   int       `json:"pending"`
 	LastError string    `json:"lastError,omitempty"`
 	LastOK    time.Time `json:"lastOK,omitzero"`
+	// Taint is cri-guard's node taint: off, not set, set (effect), or
+	// unavailable: why (the identity may not patch the Node).
+	Taint string `json:"taint,omitempty"`
 }
 
 // Runtime describes the runtime connection.

@@ -507,7 +507,15 @@ func TestNodeCondition(t *testing.T) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	patches := func() int { return f.count("patch", "nodes", "status") }
+	// a write is done when its outcome is recorded (nothing pending), not
+	// when the API has it: a step of the clock in between would move the
+	// recorded heartbeat
+	patches := func() int {
+		if c.State().Pending != 0 {
+			return -1
+		}
+		return f.count("patch", "nodes", "status")
+	}
 
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
 	waitFor(t, "patched", func() bool { return patches() == 1 })
@@ -544,3 +552,103 @@ func TestNodeCondition(t *testing.T) {
 		t.Fatalf("node conditions %+v: the kubelet's must be untouched", n.Status.Conditions)
 	}
 }
+
+// newTaintFake starts a client with the taint on (NoSchedule) over a fake
+// clientset holding node; clock steps its time.
+func newTaintFake(t *testing.T, node *corev1.Node) (*fakeServer, *Client, func(time.Duration), context.CancelFunc, chan struct{}) {
+	t.Helper()
+	f := &fakeServer{cs: fake.NewClientset(node)}
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.ts.srv, c.ts.effect = f, corev1.TaintEffectNoSchedule
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock(); c.poke() }
+	return f, c, step, cancel, done
+}
+
+func taints(t *testing.T, f *fakeServer) []corev1.Taint {
+	t.Helper()
+	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Spec.Taints
+}
+
+func hasTaint(ts []corev1.Taint) bool {
+	return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Key == TaintKey && t.Effect == corev1.TaintEffectNoSchedule })
+}
+
+// TestTaint: set while cri-guard sees pressure, other taints kept, removed
+// when it ends, and on a clean stop; at start nothing is done before the
+// first evaluation, which confirms or removes a taint left by a crash.
+func TestTaint(t *testing.T) {
+	other := corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, {Key: TaintKey, Effect: corev1.TaintEffectNoSchedule}}}} // left by a crash
+	f, c, step, cancel, done := newTaintFake(t, node)
+	time.Sleep(50 * time.Millisecond)
+	if !hasTaint(taints(t, f)) || f.count("patch", "nodes", "") != 0 {
+		t.Fatal("the taint changed before the first evaluation")
+	}
+	c.SetNodePressure(NodePressure{}) // the first evaluation: calm
+	waitFor(t, "the crash's taint removed", func() bool { return !hasTaint(taints(t, f)) })
+	if ts := taints(t, f); len(ts) != 1 || ts[0] != other {
+		t.Fatalf("taints %+v: want the other kept", ts)
+	}
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
+	waitFor(t, "tainted, in status too", func() bool { return hasTaint(taints(t, f)) && c.State().Taint == "set (NoSchedule)" })
+	// someone removes it while the pressure lasts: back at the next check
+	patches := f.count("patch", "nodes", "")
+	if _, err := f.cs.CoreV1().Nodes().Patch(context.Background(), "node-1", types.MergePatchType, []byte(`{"spec":{"taints":[]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	step(defaultHeartbeat)
+	waitFor(t, "tainted again after a minute", func() bool { return hasTaint(taints(t, f)) && f.count("patch", "nodes", "") > patches+1 })
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // still pressure
+	c.SetNodePressure(NodePressure{})
+	waitFor(t, "untainted when the pressure ends", func() bool { return !hasTaint(taints(t, f)) })
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "tainted", func() bool { return hasTaint(taints(t, f)) })
+	cancel()
+	<-done
+	if hasTaint(taints(t, f)) {
+		t.Fatal("taint left after a clean stop")
+	}
+}
+
+// TestTaintForbidden: an identity that may not patch the Node (the node's
+// own: NodeRestriction) makes the taint unavailable, said in status and
+// once in the log, and not tried again; the condition is still written.
+func TestTaintForbidden(t *testing.T) {
+	f, c, _, _, _ := newTaintFake(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
+	f.forbidTaint = true
+	var buf strings.Builder
+	var mu sync.Mutex
+	l := logrus.New()
+	l.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	c.log = logrus.NewEntry(l)
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "unavailable", func() bool { return strings.HasPrefix(c.State().Taint, "unavailable: ") })
+	c.SetNodePressure(NodePressure{})
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "the condition written", func() bool { return f.count("patch", "nodes", "status") >= 1 })
+	settled(t, c)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "node taint unavailable"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, buf.String())
+	}
+	if n := f.count("patch", "nodes", ""); n != 0 {
+		t.Fatalf("%d taint patches got through", n)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

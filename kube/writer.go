@@ -40,7 +40,8 @@ type Client struct {
 	lastErr error
 	lastOK  time.Time
 	wake    chan struct{}
-	ns      nodeState // the node condition (node.go)
+	ns      nodeState  // the node condition (node.go)
+	ts      taintState // the node taint (taint.go)
 }
 
 // New connects to the API server described by cfg (nothing is sent until
@@ -54,7 +55,24 @@ func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: client: %w", err)
 	}
-	return newClient(restServer{rc: rc}, node, cfg.Retry, log, obs), nil
+	c := newClient(restServer{rc: rc}, node, cfg.Retry, log, obs)
+	if t := cfg.Taint; t != nil {
+		c.ts.srv, c.ts.effect = c.srv, t.Effect
+		if t.Kubeconfig != "" && t.Kubeconfig != cfg.Kubeconfig {
+			tcfg := cfg
+			tcfg.Kubeconfig, tcfg.NodeName = t.Kubeconfig, node
+			trc, _, err := restConfig(tcfg)
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: taint: %w", err)
+			}
+			tc, err := rest.RESTClientFor(trc)
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: taint client: %w", err)
+			}
+			c.ts.srv = restServer{rc: tc}
+		}
+	}
+	return c, nil
 }
 
 func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, obs Observer) *Client {
@@ -96,10 +114,12 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 // NodeName is the node whose pods the client watches.
 func (c *Client) NodeName() string { return c.node }
 
-// Run watches the pods and writes the reports until ctx ends.
+// Run watches the pods and writes the reports until ctx ends; then it
+// takes the node taint off (a clean stop), within a few seconds.
 func (c *Client) Run(ctx context.Context) {
 	go c.pods.RunWithContext(ctx)
 	c.writer(ctx)
+	c.removeTaint()
 }
 
 func (c *Client) poke() {
@@ -116,13 +136,16 @@ type State struct {
 	Pending   int       `json:"pending"`
 	LastError string    `json:"lastError,omitempty"`
 	LastOK    time.Time `json:"lastOK,omitzero"`
+	// Taint is the node taint's state: off, not set, set (effect), or
+	// unavailable: why.
+	Taint string `json:"taint"`
 }
 
 // State is a snapshot of the connection; safe from any goroutine.
 func (c *Client) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK}
+	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK, Taint: c.taintStatus()}
 	for _, r := range c.reports {
 		if r.pending {
 			s.Pending++
@@ -177,7 +200,7 @@ func (c *Client) writeDue(ctx context.Context) time.Duration {
 		}
 		c.writeReport(ctx, r)
 	}
-	wait := c.writeNode(ctx)
+	wait := min(c.writeNode(ctx), c.writeTaint(ctx))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.reports {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
 
@@ -69,8 +70,11 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		if m != nil {
 			obs = m
 		}
-		kc, err = kube.New(kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName},
-			logger.WithField("component", "kube"), obs)
+		kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName}
+		if t := cfg.Kubernetes.Taint; t.Enabled {
+			kcfg.Taint = &kube.TaintConfig{Effect: corev1.TaintEffect(t.Effect), Kubeconfig: t.Kubeconfig}
+		}
+		kc, err = kube.New(kcfg, logger.WithField("component", "kube"), obs)
 		if err != nil {
 			return err
 		}
@@ -161,7 +165,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		if kc != nil {
 			src.API = func() admin.API {
 				st := kc.State()
-				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK}
+				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
+					Taint: st.Taint}
 			}
 		}
 		wg.Go(func() {

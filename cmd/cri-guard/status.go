@@ -88,6 +88,9 @@ func printStatus(out io.Writer, st admin.Status) error {
 			api = "not synced yet"
 		}
 		fmt.Fprintf(w, "api server:\tnode %s\t%s\t%d pending\n", a.Node, api, a.Pending)
+		if a.Taint != "" {
+			fmt.Fprintf(w, "node taint:\t%s\n", a.Taint)
+		}
 	}
 	sampled := "never"
 	if !st.SampledAt.IsZero() {
