@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -652,3 +653,62 @@ func TestTaintForbidden(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// TestRejectionsBoundedPerOwner: without the taint the scheduler sends a
+// ReplicaSet's replacements straight back; past rejectBurst reports per
+// owner in rejectWindow, a refused pod is left to the kubelet's back-off
+// (not Failed: its controller makes no other). Pods of other owners, and
+// pods without one, are reported as before; after the window, again.
+func TestRejectionsBoundedPerOwner(t *testing.T) {
+	owned := func(name, uid, owner string) *corev1.Pod {
+		p := apiPod(name, uid)
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner, UID: types.UID(owner), Controller: &yes}}
+		return p
+	}
+	var objs []runtime.Object
+	for i := range 6 {
+		objs = append(objs, owned(fmt.Sprintf("rs-a-%d", i), fmt.Sprintf("a%d", i), "rs-a"))
+	}
+	objs = append(objs, owned("rs-b-0", "b0", "rs-b"), apiPod("bare", "bare"))
+	f, c := newFake(t, objs...)
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reject := func(name, uid string) {
+		c.Rejected(&pod.Pod{UID: uid, Name: name, Namespace: "default"}, "Evicted", "m. ")
+	}
+	for i := range 5 {
+		reject(fmt.Sprintf("rs-a-%d", i), fmt.Sprintf("a%d", i))
+	}
+	reject("rs-a-4", "a4") // the kubelet's retry of an unreported pod
+	reject("rs-b-0", "b0")
+	reject("bare", "bare")
+	settled(t, c)
+	failed := func() []string {
+		var out []string
+		l, _ := f.cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodFailed {
+				out = append(out, p.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := failed(); !slices.Equal(got, []string{"bare", "rs-a-0", "rs-a-1", "rs-a-2", "rs-b-0"}) {
+		t.Fatalf("Failed pods %v: want 3 of rs-a, rs-b's and the bare pod", got)
+	}
+	if n := c.State().Unreported; n != 3 {
+		t.Fatalf("unreported %d, want 3 (rs-a-3, rs-a-4 twice)", n)
+	}
+	mu.Lock()
+	now = now.Add(rejectWindow)
+	mu.Unlock()
+	reject("rs-a-3", "a3")
+	reject("rs-a-5", "a5")
+	settled(t, c)
+	if got := failed(); !slices.Contains(got, "rs-a-3") || !slices.Contains(got, "rs-a-5") {
+		t.Fatalf("Failed pods %v after the window: want rs-a-3 and rs-a-5 reported", got)
+	}
+}

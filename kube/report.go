@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -111,9 +112,25 @@ func (c *Client) Evicted(p *pod.Pod, message string) {
 // pod) adds nothing; keeping the first report true is the watch's work
 // (watched).
 func (c *Client) add(r *report) {
+	owner := ""
+	if r.kind == kindReject {
+		c.viewMu.RLock()
+		owner = c.views[r.uid].owner
+		c.viewMu.RUnlock()
+	}
 	c.mu.Lock()
 	if _, ok := c.reports[r.uid]; ok {
 		c.mu.Unlock()
+		return
+	}
+	if owner != "" && !c.rejections.allow(owner, c.now()) {
+		c.unreported++
+		first := c.rejections.firstRefusal(owner)
+		c.mu.Unlock()
+		if first {
+			c.log.WithFields(r.fields()).WithField("owner_uid", owner).WithField("bound", fmt.Sprintf("%d per %s", rejectBurst, rejectWindow)).
+				Info("rejection not reported: its owner's rejections are over the bound; the pod waits for the kubelet's retries")
+		}
 		return
 	}
 	r.since, r.next, r.pending = c.now(), c.now(), true
@@ -308,4 +325,52 @@ func (c *Client) patchStatus(ctx context.Context, p *corev1.Pod, r *report) (*co
 		return nil, fmt.Errorf("patch pod status: %w", err)
 	}
 	return out, nil
+}
+
+// The bound on the rejections reported per owner: without the node taint
+// the scheduler sends a controller's replacement of a rejected pod straight
+// back (a ReplicaSet makes hundreds a minute). Beyond rejectBurst reports in
+// rejectWindow, a refused pod of that owner is not reported Failed: it
+// stays Pending on the node, its sandbox retried by the kubelet's own
+// back-off (every 10 s or so, each refusal cheap), and it starts once the
+// pressure ends; its controller, seeing it pending, makes no other.
+const (
+	rejectBurst  = 3
+	rejectWindow = 10 * time.Minute
+)
+
+// rejectLimiter counts the rejections reported per owner (Client.mu).
+type rejectLimiter struct {
+	times   map[string][]time.Time // by owner UID, within the window
+	refused map[string]bool        // owners over the bound (logged once per episode)
+}
+
+// allow says whether a rejection of owner's pod may be reported now, and
+// counts it if so.
+func (l *rejectLimiter) allow(owner string, now time.Time) bool {
+	if l.times == nil {
+		l.times, l.refused = map[string][]time.Time{}, map[string]bool{}
+	}
+	for o, ts := range l.times { // drop what left the window
+		ts = slices.DeleteFunc(ts, func(t time.Time) bool { return now.Sub(t) >= rejectWindow })
+		if len(ts) == 0 {
+			delete(l.times, o)
+			delete(l.refused, o)
+			continue
+		}
+		l.times[o] = ts
+	}
+	if len(l.times[owner]) >= rejectBurst {
+		return false
+	}
+	l.times[owner] = append(l.times[owner], now)
+	return true
+}
+
+// firstRefusal says whether this is the first rejection of owner's left
+// unreported in this window.
+func (l *rejectLimiter) firstRefusal(owner string) bool {
+	first := !l.refused[owner]
+	l.refused[owner] = true
+	return first
 }

@@ -42,6 +42,10 @@ type Client struct {
 	wake    chan struct{}
 	ns      nodeState  // the node condition (node.go)
 	ts      taintState // the node taint (taint.go)
+	// rejections bounds the rejections reported per owner; unreported
+	// counts those left to the kubelet's back-off (report.go)
+	rejections rejectLimiter
+	unreported int
 }
 
 // New connects to the API server described by cfg (nothing is sent until
@@ -139,13 +143,17 @@ type State struct {
 	// Taint is the node taint's state: off, not set, set (effect), or
 	// unavailable: why.
 	Taint string `json:"taint"`
+	// Unreported counts the refusals not reported Failed, their owner's
+	// rejections being over the bound.
+	Unreported int `json:"unreported,omitempty"`
 }
 
 // State is a snapshot of the connection; safe from any goroutine.
 func (c *Client) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK, Taint: c.taintStatus()}
+	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK, Taint: c.taintStatus(),
+		Unreported: c.unreported}
 	for _, r := range c.reports {
 		if r.pending {
 			s.Pending++

@@ -166,7 +166,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			src.API = func() admin.API {
 				st := kc.State()
 				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
-					Taint: st.Taint}
+					Taint: st.Taint, Unreported: st.Unreported}
 			}
 		}
 		wg.Go(func() {

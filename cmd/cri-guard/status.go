@@ -91,6 +91,9 @@ func printStatus(out io.Writer, st admin.Status) error {
 		if a.Taint != "" {
 			fmt.Fprintf(w, "node taint:\t%s\n", a.Taint)
 		}
+		if a.Unreported > 0 {
+			fmt.Fprintf(w, "unreported:\t%d refusals left to the kubelet's back-off (their owner's rejections over the bound)\n", a.Unreported)
+		}
 	}
 	sampled := "never"
 	if !st.SampledAt.IsZero() {
