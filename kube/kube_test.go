@@ -375,6 +375,19 @@ func TestReportOfGonePod(t *testing.T) {
 	settled(t, c)
 }
 
+// TestReportOfPodNotCachedYet: a decision on a pod the watch has not
+// brought yet is reported as soon as it does, not when the wait for it ends.
+func TestReportOfPodNotCachedYet(t *testing.T) {
+	f, c := newFake(t)
+	c.goneAfter = time.Hour
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := f.cs.CoreV1().Pods("default").Create(context.Background(), apiPod("web", "u1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "reported once the pod is cached", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
+}
+
 // TestReportConvergesByWatching: whenever the kubelet's status manager
 // writes its own status over the report (phase kept, reason and message
 // cleared; or the condition gone; a kubelet restart resyncs every pod, at

@@ -64,9 +64,10 @@ type report struct {
 	message   string // the decision's (the event's); the status's is statusMessage
 	since     time.Time
 
-	pending bool      // waiting for the writer
-	next    time.Time // when it is due
-	tries   int       // failed writes in a row
+	pending  bool      // waiting for the writer
+	uncached bool      // waiting for its pod to reach the cache
+	next     time.Time // when it is due
+	tries    int       // failed writes in a row
 	// patched: cri-guard's status was written; patchedRV is the
 	// resourceVersion the last write returned (the watch may still deliver
 	// older versions, which say nothing of it)
@@ -159,6 +160,9 @@ func (c *Client) watched(p *corev1.Pod) {
 		return
 	}
 	if r.pending {
+		if r.uncached { // its pod has come: due now
+			r.uncached, r.next = false, c.now()
+		}
 		c.mu.Unlock()
 		c.poke()
 		return
@@ -225,8 +229,8 @@ func (c *Client) writeReport(ctx context.Context, r *report) {
 			c.log.WithFields(r.fields()).Info("pod not in the API: not reported")
 			return
 		}
-		// the watch brings it (watched wakes the report), else gone
-		r.next = r.since.Add(c.goneAfter)
+		// the watch brings it (watched makes the report due), else gone
+		r.uncached, r.next = true, r.since.Add(c.goneAfter)
 		c.mu.Unlock()
 		return
 	}
