@@ -18,7 +18,13 @@
 //     reasons); a node condition of its own (CriGuardMemoryPressure), which
 //     follows the eviction manager's view (SetNodePressure), its
 //     transition time moved only by a change of status, its heartbeat
-//     refreshed every minute.
+//     refreshed every minute;
+//   - optionally (Config.Taint, an identity allowed to patch Nodes) the
+//     node taint TaintKey while that view has memory pressure, reconciled
+//     at the first evaluation and every minute, removed on a clean stop;
+//   - the bound on the rejections reported per owner (rejectBurst in
+//     rejectWindow): beyond it a refused pod is left to the kubelet's
+//     back-off instead of being reported Failed and replaced.
 //
 // A report converges by watching, not by timing: the kubelet's status
 // manager writes these pods' status from its own cache too, and may replace
