@@ -96,6 +96,25 @@ type Kubernetes struct {
 	// NodeName is this node's name; empty: from the kubeconfig's client
 	// certificate (system:node:<name>), else the host name.
 	NodeName string `json:"nodeName"`
+	// Taint is cri-guard's node taint while it sees memory pressure.
+	Taint Taint `json:"taint"`
+}
+
+// Taint configures cri-guard's node taint: while cri-guard sees memory
+// pressure (the transition period included) the node carries the taint
+// cri-guard.io/memory-pressure (kube.TaintKey) with Effect, so that the
+// scheduler stops sending it pods that would be refused. A node may not
+// change its own taints (NodeRestriction): the identity must be allowed to
+// patch Nodes (contrib/rbac.yaml).
+type Taint struct {
+	// Enabled turns the taint on (it needs kubernetes.kubeconfig).
+	Enabled bool `json:"enabled"`
+	// Effect is the taint's effect: NoSchedule (default), PreferNoSchedule
+	// or NoExecute.
+	Effect string `json:"effect"`
+	// Kubeconfig is the identity that may patch Nodes; empty:
+	// kubernetes.kubeconfig.
+	Kubeconfig string `json:"kubeconfig"`
 }
 
 // The defaults that other code needs on its own (the status command's
@@ -111,6 +130,7 @@ const (
 	DefaultPSITrigger           = "some 100000 2000000"
 	DefaultMetricsAddress       = "127.0.0.1:9713"
 	DefaultAdminSocket          = "/run/cri-guard/admin.sock"
+	DefaultTaintEffect          = "NoSchedule"
 	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
 	// stands for a zero in the file (v1beta1 SetDefaults_KubeletConfiguration:
 	// a zero EvictionPressureTransitionPeriod becomes 5m).
@@ -139,6 +159,7 @@ func Default() Config {
 		MetricsAddress:                   DefaultMetricsAddress,
 		AdminSocket:                      DefaultAdminSocket,
 		Log:                              Log{Level: "info", Format: "text"},
+		Kubernetes:                       Kubernetes{Taint: Taint{Effect: DefaultTaintEffect}},
 	}
 }
 
@@ -223,6 +244,19 @@ func (c Config) Validate() error {
 	}
 	if c.Kubernetes.Kubeconfig != "" && !strings.HasPrefix(c.Kubernetes.Kubeconfig, "/") {
 		add("kubernetes.kubeconfig", "must be an absolute path, got %q", c.Kubernetes.Kubeconfig)
+	}
+	if t := c.Kubernetes.Taint; t.Enabled || t.Kubeconfig != "" {
+		if t.Enabled && c.Kubernetes.Kubeconfig == "" {
+			add("kubernetes.taint.enabled", "needs kubernetes.kubeconfig")
+		}
+		if t.Kubeconfig != "" && !strings.HasPrefix(t.Kubeconfig, "/") {
+			add("kubernetes.taint.kubeconfig", "must be an absolute path, got %q", t.Kubeconfig)
+		}
+	}
+	switch c.Kubernetes.Taint.Effect {
+	case "NoSchedule", "PreferNoSchedule", "NoExecute":
+	default:
+		add("kubernetes.taint.effect", "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", c.Kubernetes.Taint.Effect)
 	}
 	if c.AdminSocket != "" && !strings.HasPrefix(c.AdminSocket, "/") {
 		add("adminSocket", "must be an absolute path, got %q", c.AdminSocket)

@@ -45,6 +45,18 @@ log: {level: debug, format: json}
 				t.Fatalf("thresholds = %v, %v; want 5", ts, err)
 			}
 		}},
+		{name: "taint off by default, NoSchedule", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Kubernetes.Taint.Enabled || c.Kubernetes.Taint.Effect != "NoSchedule" {
+				t.Fatalf("taint = %+v", c.Kubernetes.Taint)
+			}
+		}},
+		{name: "taint", yaml: "kubernetes: {kubeconfig: /k, taint: {enabled: true, effect: PreferNoSchedule, kubeconfig: /t}}\n", check: func(t *testing.T, c Config) {
+			if tt := c.Kubernetes.Taint; !tt.Enabled || tt.Effect != "PreferNoSchedule" || tt.Kubeconfig != "/t" {
+				t.Fatalf("taint = %+v", tt)
+			}
+		}},
+		{name: "bad taint", yaml: "kubernetes: {taint: {enabled: true, effect: Never, kubeconfig: t}}\n",
+			wantErr: []string{"kubernetes.taint.enabled: needs kubernetes.kubeconfig", "kubernetes.taint.effect: must be", "kubernetes.taint.kubeconfig: must be an absolute path"}},
 		// The kubelet's defaulting (issue 13): cmd/kubelet/app/server.go
 		// loadConfigFile applies DefaultEvictionHard only when evictionHard
 		// is nil; pkg/kubelet/apis/config/v1beta1/defaults.go turns a zero

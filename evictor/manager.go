@@ -59,6 +59,7 @@ type Manager struct {
 	now     func() time.Time
 	log     *logrus.Entry
 	obs     Observer
+	onPress func(Pressure)
 	eval    *pressure.Evaluator
 
 	lastSample time.Time
@@ -68,6 +69,7 @@ type Manager struct {
 	evicted    map[string]evictedPod // by pod UID
 	missing    []string              // threshold signals the last sample lacked
 	unable     bool                  // the last pass found nothing to evict
+	told       *Pressure             // the view last given to onPress
 
 	mu   sync.Mutex // guards snap
 	snap Status
@@ -85,6 +87,22 @@ type Options struct {
 	Now      func() time.Time
 	Log      *logrus.Entry
 	Observer Observer
+	// OnPressure is told of every change of the manager's view of memory
+	// pressure (the API's node condition and taint follow it); may be nil.
+	// It is called on the caller's goroutine (the sync loop's) and must
+	// not block.
+	OnPressure func(Pressure)
+}
+
+// Pressure is the manager's view of memory pressure, as admission acts on
+// it.
+type Pressure struct {
+	// MemoryPressure: the MemoryPressure condition holds (a threshold met,
+	// or met within the transition period; or the onStatsError policy).
+	MemoryPressure bool
+	// Thresholds are the thresholds met or within their grace period,
+	// without observed values: stable while the pressure lasts.
+	Thresholds []string
 }
 
 // New builds a manager.
@@ -107,6 +125,7 @@ func New(cfg Config, o Options) (*Manager, error) {
 		now:     o.Now,
 		log:     o.Log,
 		obs:     o.Observer,
+		onPress: o.OnPressure,
 		eval:    pressure.NewEvaluator(cfg.Thresholds, cfg.TransitionPeriod),
 		evicted: map[string]evictedPod{},
 	}, nil

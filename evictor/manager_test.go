@@ -706,3 +706,61 @@ func TestMissingSignalShown(t *testing.T) {
 		t.Fatalf("signal errors with PSI back = %q, want none", errs)
 	}
 }
+
+// TestOnPressure: OnPressure is told of each change of the view of memory
+// pressure (the API's node condition and taint follow it), not of every
+// pass, and nothing before the first good sample; it ends after the
+// transition period.
+func TestOnPressure(t *testing.T) {
+	s, c := &fakeSampler{}, newClock()
+	var told []Pressure
+	m, err := New(Config{
+		Thresholds: thresholds(t, pressure.ThresholdConfig{
+			Hard:            map[string]string{"memory.available": "100Mi"},
+			Soft:            map[string]string{"memory.available": "300Mi"},
+			SoftGracePeriod: map[string]string{"memory.available": "30s"},
+		}),
+		TransitionPeriod: time.Minute,
+	}, Options{Sampler: s, Now: c.now, Log: quietLog(), OnPressure: func(p Pressure) { told = append(told, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.nodeErr = errors.New("unreadable")
+	m.Observe()
+	s.nodeErr = nil
+	steps := []struct {
+		available int64
+		step      time.Duration
+		want      int
+	}{
+		{500 * mi, 0, 1},                 // calm: told once
+		{500 * mi, 10 * time.Second, 1},  // unchanged
+		{250 * mi, 0, 2},                 // soft met, pending
+		{250 * mi, 10 * time.Second, 2},  // unchanged
+		{50 * mi, 0, 3},                  // hard met too
+		{500 * mi, 0, 4},                 // calm, condition held: no threshold listed
+		{500 * mi, 30 * time.Second, 4},  // within the transition period
+		{500 * mi, 31 * time.Second, 5},  // the transition period over
+		{500 * mi, 300 * time.Second, 5}, // unchanged
+	}
+	for i, st := range steps {
+		c.step(st.step)
+		s.available(st.available)
+		m.Observe()
+		if len(told) != st.want {
+			t.Fatalf("step %d: told %d times, want %d: %+v", i, len(told), st.want, told)
+		}
+	}
+	want := []Pressure{
+		{},
+		{MemoryPressure: true, Thresholds: []string{"soft memory.available<300Mi (grace 30s)"}},
+		{MemoryPressure: true, Thresholds: []string{"hard memory.available<100Mi", "soft memory.available<300Mi (grace 30s)"}},
+		{MemoryPressure: true},
+		{},
+	}
+	for i := range want {
+		if told[i].MemoryPressure != want[i].MemoryPressure || len(told[i].Thresholds) != len(want[i].Thresholds) {
+			t.Errorf("told[%d] = %+v, want %+v", i, told[i], want[i])
+		}
+	}
+}

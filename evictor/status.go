@@ -95,7 +95,38 @@ func (m *Manager) Snapshot() Status {
 // (then the last ranking is kept).
 func (m *Manager) publish(ranked []Candidate) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.publishLocked(ranked)
+	p, changed := m.pressureChanged()
+	m.mu.Unlock()
+	if changed {
+		m.onPress(p)
+	}
+}
+
+// pressureChanged returns the view of memory pressure of the snapshot, and
+// whether onPress is to be told of it (it changed since it was last told).
+// Nothing is told before the first good sample (m.mu held).
+func (m *Manager) pressureChanged() (Pressure, bool) {
+	if m.onPress == nil || m.snap.SampledAt.IsZero() {
+		return Pressure{}, false
+	}
+	p := Pressure{MemoryPressure: slices.Contains(m.snap.Conditions, ConditionMemoryPressure)}
+	if p.MemoryPressure {
+		for _, t := range m.snap.Thresholds {
+			if t.Acting || t.Pending {
+				p.Thresholds = append(p.Thresholds, t.Threshold.String())
+			}
+		}
+	}
+	if m.told != nil && m.told.MemoryPressure == p.MemoryPressure && slices.Equal(m.told.Thresholds, p.Thresholds) {
+		return p, false
+	}
+	m.told = &p
+	return p, true
+}
+
+// publishLocked refreshes the snapshot (m.mu held).
+func (m *Manager) publishLocked(ranked []Candidate) {
 	s := &m.snap
 	s.SampledAt = m.lastSample
 	s.Source = m.sample.Source

@@ -109,9 +109,9 @@ func TestClusterAPI(t *testing.T) {
 	evictedAt = time.Since(start)
 	c.setAvailable(t, 12<<30)
 	// The kubelet's status manager may write its own status over the
-	// report for a moment (seen: phase and reason kept, message cleared);
-	// cri-guard reads it back and writes it again within its three checks,
-	// 3 s apart: the message must be there by then.
+	// report (seen: phase and reason kept, message cleared); cri-guard's
+	// watch sees it and patches its fields again at once: the message must
+	// be there within 15 s.
 	const evictMsg = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
 	var w kPod
 	msgDeadline := time.Now().Add(15 * time.Second)
@@ -136,8 +136,10 @@ func TestClusterAPI(t *testing.T) {
 	if !dt {
 		t.Errorf("evicted pod conditions %+v, want DisruptionTarget True TerminationByKubelet", w.Status.Conditions)
 	}
-	if _, err := findEvent(c.events(t, ns, web.Metadata.Name), "Evicted", evictMsg); err != nil {
+	if e, err := findEvent(c.events(t, ns, web.Metadata.Name), "Evicted", evictMsg); err != nil {
 		t.Errorf("evicted pod: %v", err)
+	} else if e.Source.Component != "cri-guard" {
+		t.Errorf("Evicted event from %q, want cri-guard's own component", e.Source.Component)
 	}
 	c.waitFor(t, "a replacement replica created", time.Minute, func() (bool, string) {
 		ps := c.pods(t, ns, "app=web")

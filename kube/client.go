@@ -31,6 +31,9 @@ type Config struct {
 	Retry time.Duration
 	// Timeout bounds one API request; 0: 10 s.
 	Timeout time.Duration
+	// Taint, when not nil, puts cri-guard's taint (TaintKey) on the node
+	// while it sees memory pressure.
+	Taint *TaintConfig
 }
 
 // Observer is told of every API write and its result ("ok", "error",

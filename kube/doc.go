@@ -8,15 +8,37 @@
 //     the key CRI carries), read with Pod: what CRI never carries (priority,
 //     memory requests, terminationGracePeriodSeconds, the memory-pressure
 //     toleration, mirror pods), derived as the kubelet derives it;
+//   - the view of each cached pod cri-guard reads (APIOf), derived once per
+//     informer change, not per lookup;
 //   - the reports of cri-guard's decisions, as the kubelet makes them: a
 //     refused pod's status as rejectPod writes it (phase Failed, "Pod was
 //     rejected: ..."), an evicted pod's as evictPod does (phase Failed,
 //     reason Evicted, the message, DisruptionTarget), each with a Warning
-//     event; a node condition of its own (CriGuardMemoryPressure).
+//     event of cri-guard's own (source component cri-guard, the kubelet's
+//     reasons); a node condition of its own (CriGuardMemoryPressure), which
+//     follows the eviction manager's view (SetNodePressure), its
+//     transition time moved only by a change of status, its heartbeat
+//     refreshed every minute;
+//   - optionally (Config.Taint, an identity allowed to patch Nodes) the
+//     node taint TaintKey while that view has memory pressure, reconciled
+//     at the first evaluation and every minute, removed on a clean stop;
+//   - the bound on the rejections reported per owner (rejectBurst in
+//     rejectWindow): beyond it a refused pod is left to the kubelet's
+//     back-off instead of being reported Failed and replaced.
+//
+// A report converges by watching, not by timing: the kubelet's status
+// manager writes these pods' status from its own cache too, and may replace
+// cri-guard's reason and message at any time (a kubelet restart resyncs
+// every pod). The statuses are strategic merge patches of the fields
+// cri-guard owns (phase, reason, message, the DisruptionTarget condition),
+// with the pod's UID as precondition, decided from the cache; whenever the
+// informer shows a reported pod without them, the report is written again
+// (slower and slower if another writer keeps replacing it). A pod is
+// reported once (Client.add), its event made once.
 //
 // Nothing it does blocks its callers: lookups read the cache, reports are
-// queued and written by its own goroutine with retries until they succeed
-// or the pod is gone, and never twice. It reads and writes core/v1 only,
-// with a scheme of that group alone. It imports pod only; the sync loop
-// declares the small interfaces it needs.
+// written by its own goroutine with retries until they succeed or the pod
+// is gone. It reads and writes core/v1 only, with a scheme of that group
+// alone (the typed clientset would register every API group). It imports
+// pod only; the sync loop declares the small interfaces it needs.
 package kube

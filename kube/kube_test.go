@@ -3,9 +3,8 @@ package kube
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -13,157 +12,181 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// fakeAPI is an in-process stand-in for the API server's core/v1 pod,
-// event and node-status endpoints (unit tests only; the end-to-end tests
-// run a real kube-apiserver).
-type fakeAPI struct {
-	t  *testing.T
+// fakeServer is the client's server over client-go's fake clientset (its
+// object tracker applies the patches and feeds the watch); the unit tests
+// play the kubelet by writing the pods through it too.
+type fakeServer struct {
+	cs *fake.Clientset
 	mu sync.Mutex
-	// pods by namespace/name
-	pods map[string]*corev1.Pod
-	// failWrites makes the next N status updates (or event posts when
-	// failEvents) fail with 500
-	failWrites, failEvents int
-	// clearOnce plays the kubelet's status manager once: right after the
-	// first status update it writes its own, phase kept, reason and
-	// message cleared
-	clearOnce   bool
-	events      []corev1.Event
-	statusPuts  int
-	nodePatches []string
+	// failPatches, failEvents, failNodePatches: how many of the next pod
+	// status patches, event creations, node patches fail with 500
+	failPatches, failEvents, failNodePatches int
+	// forbidTaint: node patches (not status) are forbidden, as
+	// NodeRestriction forbids a node its own taints
+	forbidTaint bool
 }
 
-func newFakeAPI(t *testing.T, pods ...*corev1.Pod) (*fakeAPI, *Client) {
-	t.Helper()
-	f := &fakeAPI{t: t, pods: map[string]*corev1.Pod{}}
-	for _, p := range pods {
-		p.ResourceVersion = "1"
-		f.pods[p.Namespace+"/"+p.Name] = p
+var _ server = (*fakeServer)(nil)
+
+func (f *fakeServer) podListWatch(node string) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("spec.nodeName", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return f.cs.CoreV1().Pods(corev1.NamespaceAll).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return f.cs.CoreV1().Pods(corev1.NamespaceAll).Watch(ctx, o)
+		},
 	}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	rcfg := &rest.Config{Host: srv.URL, APIPath: "/api", ContentConfig: rest.ContentConfig{
-		GroupVersion: &corev1.SchemeGroupVersion, NegotiatedSerializer: codecs.WithoutConversion(), ContentType: "application/json"}}
-	rc, err := rest.RESTClientFor(rcfg)
+	return cache.ToListWatcherWithWatchListSemantics(lw, f.cs)
+}
+
+func (f *fakeServer) fail(n *int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *n > 0 {
+		*n--
+		return apierrors.NewInternalError(context.DeadlineExceeded)
+	}
+	return nil
+}
+
+func (f *fakeServer) patchPodStatus(ctx context.Context, ns, name string, pt types.PatchType, patch []byte) (*corev1.Pod, error) {
+	if err := f.fail(&f.failPatches); err != nil {
+		return nil, err
+	}
+	// the UID precondition, as the API server checks it
+	var pre struct {
+		Metadata struct {
+			UID types.UID `json:"uid"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(patch, &pre); err != nil {
+		return nil, err
+	}
+	cur, err := f.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	if pre.Metadata.UID != "" && pre.Metadata.UID != cur.UID {
+		return nil, apierrors.NewConflict(corev1.Resource("pods"), name, context.Canceled)
+	}
+	return f.cs.CoreV1().Pods(ns).Patch(ctx, name, pt, patch, metav1.PatchOptions{}, "status")
+}
+
+func (f *fakeServer) createEvent(ctx context.Context, ev *corev1.Event) error {
+	if err := f.fail(&f.failEvents); err != nil {
+		return err
+	}
+	_, err := f.cs.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}
+
+func (f *fakeServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	return f.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (f *fakeServer) patchNode(ctx context.Context, name, sub string, pt types.PatchType, patch []byte) error {
+	if err := f.fail(&f.failNodePatches); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	forbid := f.forbidTaint && sub == ""
+	f.mu.Unlock()
+	if forbid {
+		return apierrors.NewForbidden(corev1.Resource("nodes"), name, context.Canceled)
+	}
+	var subs []string
+	if sub != "" {
+		subs = append(subs, sub)
+	}
+	_, err := f.cs.CoreV1().Nodes().Patch(ctx, name, pt, patch, metav1.PatchOptions{}, subs...)
+	return err
+}
+
+// newFake starts a client on node-1 over a fake clientset holding objs,
+// its cache synced.
+func newFake(t *testing.T, objs ...runtime.Object) (*fakeServer, *Client) {
+	t.Helper()
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
+	f := &fakeServer{cs: fake.NewClientset(objs...)}
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
-	c := newClient(rc, "node-1", 10*time.Millisecond, logrus.NewEntry(l), nil)
-	c.checkDelay = 20 * time.Millisecond
+	c := newClient(f, "node-1", 10*time.Millisecond, logrus.NewEntry(l), nil)
+	c.goneAfter = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "cache synced", func() bool { return c.State().Synced })
 	return f, c
 }
 
-func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // api v1 ...
-	w.Header().Set("Content-Type", "application/json")
-	fail := func(code int) {
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: int32(code),
-			Message: http.StatusText(code),
-			Reason:  map[int]metav1.StatusReason{404: metav1.StatusReasonNotFound, 500: metav1.StatusReasonInternalError}[code]})
+// count counts the actions of verb on resource (and subresource).
+func (f *fakeServer) count(verb, res, sub string) int {
+	n := 0
+	for _, a := range f.cs.Actions() {
+		if a.GetVerb() == verb && a.GetResource().Resource == res && a.GetSubresource() == sub {
+			n++
+		}
 	}
-	switch {
-	case len(parts) == 3 && parts[2] == "pods" && r.Method == http.MethodGet:
-		if r.URL.Query().Get("watch") == "true" {
-			// the streaming list client-go starts with (WatchList): the
-			// pods as ADDED events, then the bookmark that ends them
-			enc := json.NewEncoder(w)
-			if r.URL.Query().Get("sendInitialEvents") == "true" {
-				for _, p := range f.pods {
-					_ = enc.Encode(map[string]any{"type": "ADDED", "object": p})
-				}
-				_ = enc.Encode(map[string]any{"type": "BOOKMARK", "object": &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-					ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}})
-			}
-			w.(http.Flusher).Flush()
-			f.mu.Unlock()
-			<-r.Context().Done() // no changes in these tests
-			f.mu.Lock()
-			return
-		}
-		if sel := r.URL.Query().Get("fieldSelector"); sel != "spec.nodeName=node-1" {
-			f.t.Errorf("pod list selector %q", sel)
-		}
-		list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
-		for _, p := range f.pods {
-			list.Items = append(list.Items, *p)
-		}
-		_ = json.NewEncoder(w).Encode(list)
-	case len(parts) == 6 && parts[4] == "pods" && r.Method == http.MethodGet:
-		p, ok := f.pods[parts[3]+"/"+parts[5]]
-		if !ok {
-			fail(404)
-			return
-		}
-		_ = json.NewEncoder(w).Encode(p)
-	case len(parts) == 7 && parts[4] == "pods" && parts[6] == "status" && r.Method == http.MethodPut:
-		if f.failWrites > 0 {
-			f.failWrites--
-			fail(500)
-			return
-		}
-		var p corev1.Pod
-		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
-			f.t.Errorf("status body: %v", err)
-		}
-		f.statusPuts++
-		_ = json.NewEncoder(w).Encode(p)
-		if f.clearOnce {
-			f.clearOnce = false
-			p.Status.Reason, p.Status.Message = "", ""
-		}
-		f.pods[p.Namespace+"/"+p.Name] = &p
-	case len(parts) == 5 && parts[4] == "events" && r.Method == http.MethodPost:
-		if f.failEvents > 0 {
-			f.failEvents--
-			fail(500)
-			return
-		}
-		var ev corev1.Event
-		if err := json.NewDecoder(r.Body).Decode(&ev); err != nil {
-			f.t.Errorf("event body: %v", err)
-		}
-		f.events = append(f.events, ev)
-		_ = json.NewEncoder(w).Encode(ev)
-	case len(parts) == 5 && parts[2] == "nodes" && parts[4] == "status" && r.Method == http.MethodPatch:
-		if ct := r.Header.Get("Content-Type"); ct != string(types.StrategicMergePatchType) {
-			f.t.Errorf("node patch content type %q", ct)
-		}
-		b, _ := io.ReadAll(r.Body)
-		f.nodePatches = append(f.nodePatches, string(b))
-		_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"node-1"}}`))
-	default:
-		f.t.Errorf("unexpected %s %s", r.Method, r.URL)
-		fail(404)
-	}
+	return n
 }
 
-func (f *fakeAPI) pod(key string) *corev1.Pod {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.pods[key].DeepCopy()
+// statusPatches are the pod status patches the client sent.
+func (f *fakeServer) statusPatches() []string {
+	var out []string
+	for _, a := range f.cs.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+			out = append(out, string(p.GetPatch()))
+		}
+	}
+	return out
 }
 
-func (f *fakeAPI) counts() (events, puts int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.events), f.statusPuts
+func (f *fakeServer) pod(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	p, err := f.cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fakeServer) events(t *testing.T) []corev1.Event {
+	t.Helper()
+	l, err := f.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// kubeletWrites plays the kubelet's status manager: it writes its own
+// status over the pod's (a whole-status update, as from its cache).
+func (f *fakeServer) kubeletWrites(t *testing.T, name string, edit func(st *corev1.PodStatus)) {
+	t.Helper()
+	p := f.pod(t, name)
+	edit(&p.Status)
+	if _, err := f.cs.CoreV1().Pods("default").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func apiPod(name, uid string) *corev1.Pod {
@@ -171,7 +194,8 @@ func apiPod(name, uid string) *corev1.Pod {
 		TypeMeta:   metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)},
 		Spec:       corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c"}}},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBestEffort},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, QOSClass: corev1.PodQOSBestEffort,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 }
 
@@ -184,6 +208,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// settled waits until the client has nothing pending and no write in
+// flight, then a little more (a write that would come, comes by then).
+func settled(t *testing.T, c *Client) {
+	t.Helper()
+	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
 }
 
 func TestAPIOf(t *testing.T) {
@@ -232,141 +265,463 @@ func TestAPIOf(t *testing.T) {
 }
 
 func TestPodLookup(t *testing.T) {
-	_, c := newFakeAPI(t, apiPod("web", "u1"))
-	waitFor(t, "cache synced", func() bool { return c.State().Synced })
+	f, c := newFake(t, apiPod("web", "u1"))
 	if _, ok := c.Pod("u1"); !ok {
 		t.Fatal("u1 not found")
 	}
 	if _, ok := c.Pod("nope"); ok {
 		t.Fatal("unknown uid found")
 	}
+	// the view follows the informer: a change is seen, derived once
+	p := f.pod(t, "web")
+	prio := int32(7)
+	p.Spec.Priority = &prio
+	if _, err := f.cs.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new priority seen", func() bool { a, ok := c.Pod("u1"); return ok && a.Priority != nil && *a.Priority == 7 })
+	if err := f.cs.CoreV1().Pods("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the deleted pod forgotten", func() bool { _, ok := c.Pod("u1"); return !ok })
 }
 
-// TestEvictedReport: the status the kubelet's evictPod writes, the event,
-// once; an API that fails is retried without a second event.
+const evictMsg = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
+
+func dtCondition(st corev1.PodStatus) *corev1.PodCondition { return disruptionTarget(&st) }
+
+// TestEvictedReport: the status the kubelet's evictPod writes, as a patch
+// of the fields cri-guard owns (the other fields and conditions kept), and
+// the event as cri-guard's, once; an API that fails is retried without a
+// second event.
 func TestEvictedReport(t *testing.T) {
-	f, c := newFakeAPI(t, apiPod("web", "u1"))
-	f.mu.Lock()
-	f.failWrites = 3
-	f.mu.Unlock()
+	f, c := newFake(t, apiPod("web", "u1"))
+	f.failPatches = 3
 	p := &pod.Pod{UID: "u1", Name: "web", Namespace: "default"}
-	msg := "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
-	c.Evicted(p, msg)
-	c.Evicted(p, msg) // a second report of the same pod is a no-op
-	waitFor(t, "status written", func() bool { return f.pod("default/web").Status.Phase == corev1.PodFailed })
-	st := f.pod("default/web").Status
-	if st.Reason != "Evicted" || st.Message != msg {
+	c.Evicted(p, evictMsg)
+	c.Evicted(p, evictMsg) // a second report of the same pod is a no-op
+	waitFor(t, "status written", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
+	settled(t, c)
+	st := f.pod(t, "web").Status
+	if st.Reason != "Evicted" || st.Message != evictMsg || st.QOSClass != corev1.PodQOSBestEffort {
 		t.Fatalf("status %+v", st)
 	}
-	var dt *corev1.PodCondition
-	for i := range st.Conditions {
-		if st.Conditions[i].Type == corev1.DisruptionTarget {
-			dt = &st.Conditions[i]
-		}
-	}
-	if dt == nil || dt.Status != corev1.ConditionTrue || dt.Reason != corev1.PodReasonTerminationByKubelet || dt.Message != msg {
+	dt := dtCondition(st)
+	if dt == nil || dt.Status != corev1.ConditionTrue || dt.Reason != corev1.PodReasonTerminationByKubelet || dt.Message != evictMsg || dt.LastTransitionTime.IsZero() {
 		t.Fatalf("DisruptionTarget = %+v", dt)
 	}
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
-	c.Evicted(p, msg) // after it is done: still once
-	time.Sleep(50 * time.Millisecond)
-	events, puts := f.counts()
-	if events != 1 || puts != 1 {
-		t.Fatalf("events %d, status updates %d; want 1 and 1", events, puts)
+	if len(st.Conditions) != 2 {
+		t.Fatalf("conditions %+v: want Ready kept beside DisruptionTarget", st.Conditions)
 	}
-	f.mu.Lock()
-	ev := f.events[0]
-	f.mu.Unlock()
-	if ev.Type != corev1.EventTypeWarning || ev.Reason != "Evicted" || ev.Message != msg || ev.InvolvedObject.UID != "u1" || ev.Source.Host != "node-1" {
+	c.Evicted(p, evictMsg) // after it is done: still once
+	settled(t, c)
+	if n := len(f.statusPatches()); n != 1 {
+		t.Fatalf("%d status patches, want 1", n)
+	}
+	evs := f.events(t)
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	if ev.Type != corev1.EventTypeWarning || ev.Reason != "Evicted" || ev.Message != evictMsg || ev.InvolvedObject.UID != "u1" ||
+		ev.Source.Component != "cri-guard" || ev.Source.Host != "node-1" || ev.ReportingController != "cri-guard" {
 		t.Fatalf("event %+v", ev)
+	}
+	// only patches of the status, never a read or a whole-status write
+	if n := f.count("update", "pods", "status") + f.count("update", "pods", ""); n != 0 {
+		t.Fatalf("%d pod updates by the client, want none", n)
+	}
+	var patch map[string]map[string]any
+	if err := json.Unmarshal([]byte(f.statusPatches()[0]), &patch); err != nil {
+		t.Fatal(err)
+	}
+	if len(patch) != 2 || patch["metadata"]["uid"] != "u1" || len(patch["status"]) != 4 {
+		t.Fatalf("patch %s: want the UID precondition and phase, reason, message, conditions only", f.statusPatches()[0])
 	}
 }
 
 func TestRejectedReport(t *testing.T) {
-	f, c := newFakeAPI(t, apiPod("be", "u2"))
-	f.mu.Lock()
+	f, c := newFake(t, apiPod("be", "u2"))
 	f.failEvents = 2
-	f.mu.Unlock()
 	c.Rejected(&pod.Pod{UID: "u2", Name: "be", Namespace: "default"}, "Evicted", "The node had condition: [MemoryPressure]. ")
-	waitFor(t, "status written", func() bool { return f.pod("default/be").Status.Phase == corev1.PodFailed })
-	st := f.pod("default/be").Status
+	waitFor(t, "status written", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
+	settled(t, c)
+	st := f.pod(t, "be").Status
 	if st.Reason != "Evicted" || st.Message != "Pod was rejected: The node had condition: [MemoryPressure]. " || st.QOSClass != corev1.PodQOSBestEffort {
 		t.Fatalf("status %+v", st)
 	}
-	if events, _ := f.counts(); events != 1 {
-		t.Fatalf("events = %d, want 1", events)
+	if dtCondition(st) != nil {
+		t.Fatalf("a rejection has no DisruptionTarget: %+v", st.Conditions)
+	}
+	evs := f.events(t)
+	if len(evs) != 1 || evs[0].Reason != "Evicted" || evs[0].Message != "The node had condition: [MemoryPressure]. " || evs[0].Source.Component != "cri-guard" {
+		t.Fatalf("events %+v, want one, cri-guard's, with the kubelet's reason and message", evs)
 	}
 }
 
 func TestReportOfGonePod(t *testing.T) {
-	f, c := newFakeAPI(t, apiPod("web", "u1"))
+	f, c := newFake(t, apiPod("web", "u1"))
 	c.Evicted(&pod.Pod{UID: "other-uid", Name: "web", Namespace: "default"}, "m") // same name, another pod
 	c.Evicted(&pod.Pod{UID: "u9", Name: "gone", Namespace: "default"}, "m")
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
-	if events, puts := f.counts(); events != 0 || puts != 0 {
-		t.Fatalf("events %d, puts %d for pods that are gone", events, puts)
+	settled(t, c)
+	if n := len(f.events(t)) + len(f.statusPatches()); n != 0 {
+		t.Fatalf("%d writes for pods that are not in the API", n)
 	}
+	// a pod deleted before its report: not found
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, "m")
+	if err := f.cs.CoreV1().Pods("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, c)
 }
 
-func TestNodeCondition(t *testing.T) {
-	f, c := newFakeAPI(t)
-	c.SetNodeCondition(true, "cri-guard sees memory pressure: hard memory.available<1Gi")
-	waitFor(t, "patched", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.nodePatches) == 1 })
-	c.SetNodeCondition(true, "cri-guard sees memory pressure: hard memory.available<1Gi") // unchanged
-	c.SetNodeCondition(false, "cri-guard sees no memory pressure")
-	waitFor(t, "patched again", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.nodePatches) == 2 })
+// TestReportOfPodNotCachedYet: a decision on a pod the watch has not
+// brought yet is reported as soon as it does, not when the wait for it ends.
+func TestReportOfPodNotCachedYet(t *testing.T) {
+	f, c := newFake(t)
+	c.goneAfter = time.Hour
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
 	time.Sleep(50 * time.Millisecond)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.nodePatches) != 2 {
-		t.Fatalf("patches %d, want 2 (only changes)", len(f.nodePatches))
+	if _, err := f.cs.CoreV1().Pods("default").Create(context.Background(), apiPod("web", "u1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	for i, want := range []string{`"type":"CriGuardMemoryPressure","status":"True","`, `"type":"CriGuardMemoryPressure","status":"False","`} {
-		if !strings.Contains(f.nodePatches[i], want) {
-			t.Errorf("patch %d = %s, want %s", i, f.nodePatches[i], want)
-		}
+	waitFor(t, "reported once the pod is cached", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
+}
+
+// TestReportConvergesByWatching: whenever the kubelet's status manager
+// writes its own status over the report (phase kept, reason and message
+// cleared; or the condition gone; a kubelet restart resyncs every pod, at
+// any time), the watch brings the change and the client patches its
+// fields again, without a second event; a write that keeps them starts
+// nothing.
+func TestReportConvergesByWatching(t *testing.T) {
+	f, c := newFake(t, apiPod("web", "u1"))
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	waitFor(t, "reported", func() bool {
+		return holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
+	})
+	settled(t, c)
+	edits := []struct {
+		name string
+		edit func(st *corev1.PodStatus)
+	}{
+		{"reason and message cleared", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" }},
+		{"message replaced", func(st *corev1.PodStatus) { st.Message = "kubelet's own" }},
+		{"DisruptionTarget dropped", func(st *corev1.PodStatus) {
+			st.Conditions = slices.DeleteFunc(st.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.DisruptionTarget })
+		}},
+	}
+	for i, e := range edits {
+		f.kubeletWrites(t, "web", e.edit)
+		waitFor(t, "re-reported after "+e.name, func() bool {
+			return len(f.statusPatches()) == i+2 && holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
+		})
+		settled(t, c)
+	}
+	// a write that keeps cri-guard's fields (the kubelet's container
+	// statuses): nothing to do
+	f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.ContainerStatuses = []corev1.ContainerStatus{{Name: "c"}} })
+	settled(t, c)
+	if n := len(f.statusPatches()); n != len(edits)+1 {
+		t.Fatalf("%d status patches, want %d", n, len(edits)+1)
+	}
+	if n := len(f.events(t)); n != 1 {
+		t.Fatalf("%d events, want 1", n)
 	}
 }
 
-// TestReportSurvivesTheKubeletsOverwrite: the kubelet's status manager may
-// write its own status over the report once (terminal phase kept, reason
-// and message gone) before it sees ours; the report is read back and
-// written again, without a second event.
-func TestReportSurvivesTheKubeletsOverwrite(t *testing.T) {
-	f, c := newFakeAPI(t, apiPod("web", "u1"))
-	f.mu.Lock()
-	f.clearOnce = true
-	f.mu.Unlock()
-	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, "m. ")
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
-	st := f.pod("default/web").Status
-	if st.Phase != corev1.PodFailed || st.Reason != "Evicted" || st.Message != "m. " {
-		t.Fatalf("status after the overwrite: %+v", st)
-	}
-	if events, puts := f.counts(); events != 1 || puts != 2 {
-		t.Fatalf("events %d, status updates %d; want 1 and 2", events, puts)
-	}
-}
-
-// TestRejectedAgainIsChecked: the kubelet retries a pod that was rejected
-// (its status manager wrote Pending over Failed after the checks); the
-// new refusal reported again writes the status again, without a second
-// event.
-func TestRejectedAgainIsChecked(t *testing.T) {
-	f, c := newFakeAPI(t, apiPod("be", "u2"))
+// TestRejectedAgainIsWatched: the kubelet's status manager writes Pending
+// over the rejection before it has seen it; the watch brings it back, and
+// the kubelet's retry refused again adds nothing (report-once).
+func TestRejectedAgainIsWatched(t *testing.T) {
+	f, c := newFake(t, apiPod("be", "u2"))
 	p := &pod.Pod{UID: "u2", Name: "be", Namespace: "default"}
 	c.Rejected(p, "Evicted", "m. ")
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
-	f.mu.Lock()
-	q := f.pods["default/be"]
-	q.Status.Phase, q.Status.Reason, q.Status.Message = corev1.PodPending, "", "" // the kubelet's overwrite
-	f.mu.Unlock()
+	waitFor(t, "rejected", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
+	settled(t, c)
+	f.kubeletWrites(t, "be", func(st *corev1.PodStatus) { st.Phase, st.Reason, st.Message = corev1.PodPending, "", "" })
 	c.Rejected(p, "Evicted", "m. ") // the kubelet's retry, refused again
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
-	if st := f.pod("default/be").Status; st.Phase != corev1.PodFailed || st.Message != "Pod was rejected: m. " {
-		t.Fatalf("status after the second refusal: %+v", st)
+	waitFor(t, "rejected again", func() bool {
+		st := f.pod(t, "be").Status
+		return st.Phase == corev1.PodFailed && st.Message == "Pod was rejected: m. "
+	})
+	settled(t, c)
+	if events, patches := len(f.events(t)), len(f.statusPatches()); events != 1 || patches != 2 {
+		t.Fatalf("events %d, status patches %d; want 1 and 2", events, patches)
 	}
-	if events, puts := f.counts(); events != 1 || puts != 2 {
-		t.Fatalf("events %d, status updates %d; want 1 and 2", events, puts)
+}
+
+// TestTerminalPodNotReported: a pod the kubelet already ended (its
+// containers exited) is not reported, and its later writes start nothing.
+func TestTerminalPodNotReported(t *testing.T) {
+	q := apiPod("done", "u3")
+	q.Status.Phase = corev1.PodSucceeded
+	f, c := newFake(t, q)
+	c.Evicted(&pod.Pod{UID: "u3", Name: "done", Namespace: "default"}, evictMsg)
+	settled(t, c)
+	f.kubeletWrites(t, "done", func(st *corev1.PodStatus) { st.Message = "x" })
+	settled(t, c)
+	if n := len(f.events(t)) + len(f.statusPatches()); n != 0 {
+		t.Fatalf("%d writes for a pod terminal before its report", n)
+	}
+}
+
+// TestRewritesSlowDown: a writer that replaces the report every time is
+// answered, but more and more slowly (no write war at full speed).
+func TestRewritesSlowDown(t *testing.T) {
+	f, c := newFake(t, apiPod("web", "u1"))
+	c.retry = 50 * time.Millisecond
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	waitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
+	settled(t, c)
+	start := time.Now()
+	for i := 0; i < 6; i++ {
+		n := len(f.statusPatches())
+		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Message = "" })
+		waitFor(t, "rewritten", func() bool { return len(f.statusPatches()) == n+1 })
+		settled(t, c)
+	}
+	// rewrites 4, 5, 6 wait 50, 100, 200 ms
+	if d := time.Since(start); d < 350*time.Millisecond {
+		t.Fatalf("six rewrites in %v: want the later ones backed off", d)
+	}
+}
+
+func nodeCondition(t *testing.T, f *fakeServer) *corev1.NodeCondition {
+	t.Helper()
+	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == NodeConditionType {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestNodeCondition: written on a change of the eviction manager's view;
+// its transition time moves only when its status changes; its heartbeat is
+// refreshed while nothing changes; the kubelet's conditions are untouched.
+func TestNodeCondition(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+		// left by a cri-guard before this one: same status, its time kept
+		{Type: NodeConditionType, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(time.Unix(1000, 0))},
+	}}}
+	f := &fakeServer{cs: fake.NewClientset(node)}
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
+	c.now = clock
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	// a write is done when its outcome is recorded (nothing pending), not
+	// when the API has it: a step of the clock in between would move the
+	// recorded heartbeat
+	patches := func() int {
+		if c.State().Pending != 0 {
+			return -1
+		}
+		return f.count("patch", "nodes", "status")
+	}
+
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
+	waitFor(t, "patched", func() bool { return patches() == 1 })
+	cd := nodeCondition(t, f)
+	if cd.Status != corev1.ConditionTrue || cd.Reason != "MemoryPressure" || cd.Message != "cri-guard sees memory pressure: hard memory.available<1Gi" ||
+		cd.LastTransitionTime.Unix() != 1000 || cd.LastHeartbeatTime.Unix() != 5000 {
+		t.Fatalf("condition %+v: want True, the transition time of the one found kept, the heartbeat now", cd)
+	}
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}}) // unchanged
+	step(time.Second)
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // message only
+	waitFor(t, "patched again", func() bool { return patches() == 2 })
+	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 1000 || cd.LastHeartbeatTime.Unix() != 5001 || !strings.Contains(cd.Message, "soft") {
+		t.Fatalf("condition %+v: a new message keeps the transition time", cd)
+	}
+	step(time.Second)
+	c.SetNodePressure(NodePressure{MemoryPressure: false})
+	waitFor(t, "patched a third time", func() bool { return patches() == 3 })
+	if cd := nodeCondition(t, f); cd.Status != corev1.ConditionFalse || cd.LastTransitionTime.Unix() != 5002 {
+		t.Fatalf("condition %+v: want False since now", cd)
+	}
+	// the heartbeat: due a minute after the last write
+	step(defaultHeartbeat)
+	c.poke()
+	waitFor(t, "heartbeat", func() bool { return patches() == 4 })
+	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 5002 || cd.LastHeartbeatTime.Unix() != 5062 {
+		t.Fatalf("condition %+v: want the heartbeat moved, not the transition", cd)
+	}
+	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Status.Conditions) != 2 || n.Status.Conditions[0].Type != corev1.NodeMemoryPressure || n.Status.Conditions[0].Reason != "KubeletHasSufficientMemory" {
+		t.Fatalf("node conditions %+v: the kubelet's must be untouched", n.Status.Conditions)
+	}
+}
+
+// newTaintFake starts a client with the taint on (NoSchedule) over a fake
+// clientset holding node; clock steps its time.
+func newTaintFake(t *testing.T, node *corev1.Node) (*fakeServer, *Client, func(time.Duration), context.CancelFunc, chan struct{}) {
+	t.Helper()
+	f := &fakeServer{cs: fake.NewClientset(node)}
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.ts.srv, c.ts.effect = f, corev1.TaintEffectNoSchedule
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock(); c.poke() }
+	return f, c, step, cancel, done
+}
+
+func taints(t *testing.T, f *fakeServer) []corev1.Taint {
+	t.Helper()
+	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.Spec.Taints
+}
+
+func hasTaint(ts []corev1.Taint) bool {
+	return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Key == TaintKey && t.Effect == corev1.TaintEffectNoSchedule })
+}
+
+// TestTaint: set while cri-guard sees pressure, other taints kept, removed
+// when it ends, and on a clean stop; at start nothing is done before the
+// first evaluation, which confirms or removes a taint left by a crash.
+func TestTaint(t *testing.T) {
+	other := corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, {Key: TaintKey, Effect: corev1.TaintEffectNoSchedule}}}} // left by a crash
+	f, c, step, cancel, done := newTaintFake(t, node)
+	time.Sleep(50 * time.Millisecond)
+	if !hasTaint(taints(t, f)) || f.count("patch", "nodes", "") != 0 {
+		t.Fatal("the taint changed before the first evaluation")
+	}
+	c.SetNodePressure(NodePressure{}) // the first evaluation: calm
+	waitFor(t, "the crash's taint removed", func() bool { return !hasTaint(taints(t, f)) })
+	if ts := taints(t, f); len(ts) != 1 || ts[0] != other {
+		t.Fatalf("taints %+v: want the other kept", ts)
+	}
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
+	waitFor(t, "tainted, in status too", func() bool { return hasTaint(taints(t, f)) && c.State().Taint == "set (NoSchedule)" })
+	// someone removes it while the pressure lasts: back at the next check
+	patches := f.count("patch", "nodes", "")
+	if _, err := f.cs.CoreV1().Nodes().Patch(context.Background(), "node-1", types.MergePatchType, []byte(`{"spec":{"taints":[]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	step(defaultHeartbeat)
+	waitFor(t, "tainted again after a minute", func() bool { return hasTaint(taints(t, f)) && f.count("patch", "nodes", "") > patches+1 })
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // still pressure
+	c.SetNodePressure(NodePressure{})
+	waitFor(t, "untainted when the pressure ends", func() bool { return !hasTaint(taints(t, f)) })
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "tainted", func() bool { return hasTaint(taints(t, f)) })
+	cancel()
+	<-done
+	if hasTaint(taints(t, f)) {
+		t.Fatal("taint left after a clean stop")
+	}
+}
+
+// TestTaintForbidden: an identity that may not patch the Node (the node's
+// own: NodeRestriction) makes the taint unavailable, said in status and
+// once in the log, and not tried again; the condition is still written.
+func TestTaintForbidden(t *testing.T) {
+	f, c, _, _, _ := newTaintFake(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
+	f.forbidTaint = true
+	var buf strings.Builder
+	var mu sync.Mutex
+	l := logrus.New()
+	l.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	c.log = logrus.NewEntry(l)
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "unavailable", func() bool { return strings.HasPrefix(c.State().Taint, "unavailable: ") })
+	c.SetNodePressure(NodePressure{})
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "the condition written", func() bool { return f.count("patch", "nodes", "status") >= 1 })
+	settled(t, c)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "node taint unavailable"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, buf.String())
+	}
+	if n := f.count("patch", "nodes", ""); n != 0 {
+		t.Fatalf("%d taint patches got through", n)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// TestRejectionsBoundedPerOwner: without the taint the scheduler sends a
+// ReplicaSet's replacements straight back; past rejectBurst reports per
+// owner in rejectWindow, a refused pod is left to the kubelet's back-off
+// (not Failed: its controller makes no other). Pods of other owners, and
+// pods without one, are reported as before; after the window, again.
+func TestRejectionsBoundedPerOwner(t *testing.T) {
+	owned := func(name, uid, owner string) *corev1.Pod {
+		p := apiPod(name, uid)
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: owner, UID: types.UID(owner), Controller: &yes}}
+		return p
+	}
+	var objs []runtime.Object
+	for i := range 6 {
+		objs = append(objs, owned(fmt.Sprintf("rs-a-%d", i), fmt.Sprintf("a%d", i), "rs-a"))
+	}
+	objs = append(objs, owned("rs-b-0", "b0", "rs-b"), apiPod("bare", "bare"))
+	f, c := newFake(t, objs...)
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reject := func(name, uid string) {
+		c.Rejected(&pod.Pod{UID: uid, Name: name, Namespace: "default"}, "Evicted", "m. ")
+	}
+	for i := range 5 {
+		reject(fmt.Sprintf("rs-a-%d", i), fmt.Sprintf("a%d", i))
+	}
+	reject("rs-a-4", "a4") // the kubelet's retry of an unreported pod
+	reject("rs-b-0", "b0")
+	reject("bare", "bare")
+	settled(t, c)
+	failed := func() []string {
+		var out []string
+		l, _ := f.cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		for _, p := range l.Items {
+			if p.Status.Phase == corev1.PodFailed {
+				out = append(out, p.Name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := failed(); !slices.Equal(got, []string{"bare", "rs-a-0", "rs-a-1", "rs-a-2", "rs-b-0"}) {
+		t.Fatalf("Failed pods %v: want 3 of rs-a, rs-b's and the bare pod", got)
+	}
+	if n := c.State().Unreported; n != 3 {
+		t.Fatalf("unreported %d, want 3 (rs-a-3, rs-a-4 twice)", n)
+	}
+	mu.Lock()
+	now = now.Add(rejectWindow)
+	mu.Unlock()
+	reject("rs-a-3", "a3")
+	reject("rs-a-5", "a5")
+	settled(t, c)
+	if got := failed(); !slices.Contains(got, "rs-a-3") || !slices.Contains(got, "rs-a-5") {
+		t.Fatalf("Failed pods %v after the window: want rs-a-3 and rs-a-5 reported", got)
 	}
 }

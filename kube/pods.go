@@ -1,11 +1,10 @@
 package kube
 
 import (
-	"context"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
@@ -18,8 +17,7 @@ const uidIndex = "uid"
 
 // newPodInformer watches the pods bound to node (the Node authorizer lets a
 // node list and watch exactly these), indexed by UID.
-func newPodInformer(c cache.Getter, node string) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(c, "pods", corev1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
+func newPodInformer(lw cache.ListerWatcher) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(lw, &corev1.Pod{}, 10*time.Minute, cache.Indexers{
 		uidIndex: func(obj any) ([]string, error) {
 			if p, ok := obj.(*corev1.Pod); ok {
@@ -86,16 +84,47 @@ func APIOf(p *corev1.Pod) pod.API {
 }
 
 // Pod returns what the API says of the pod with this UID, from the cache;
-// ok is false when the API does not know it (yet). It never blocks.
+// ok is false when the API does not know it (yet). It never blocks: the
+// view was derived (APIOf) when the informer last saw the pod change, not
+// at each call (the sync loop asks for every pod on every pass).
 func (c *Client) Pod(uid string) (pod.API, bool) {
-	p, ok := byUID(c.pods, uid)
-	if !ok {
-		return pod.API{}, false
-	}
-	return APIOf(p), true
+	c.viewMu.RLock()
+	defer c.viewMu.RUnlock()
+	v, ok := c.views[uid]
+	return v.api, ok
 }
 
-// runInformer runs the pod informer until ctx ends.
-func (c *Client) runInformer(ctx context.Context) {
-	c.pods.RunWithContext(ctx)
+// podView is what cri-guard reads of a cached pod, derived once per change.
+type podView struct {
+	api pod.API
+	// owner is the UID of the pod's controller (a ReplicaSet, a Job...);
+	// empty for a pod without one.
+	owner string
+}
+
+// setView derives the pod's view when the informer sees it added or
+// changed; a resync of an unchanged pod keeps the view it has.
+func (c *Client) setView(old, p *corev1.Pod) {
+	if old != nil && old.ResourceVersion != "" && old.ResourceVersion == p.ResourceVersion {
+		c.viewMu.RLock()
+		_, ok := c.views[string(p.UID)]
+		c.viewMu.RUnlock()
+		if ok {
+			return
+		}
+	}
+	v := podView{api: APIOf(p)}
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		v.owner = string(ref.UID)
+	}
+	c.viewMu.Lock()
+	c.views[string(p.UID)] = v
+	c.viewMu.Unlock()
+}
+
+// dropView forgets a deleted pod's view.
+func (c *Client) dropView(uid string) {
+	c.viewMu.Lock()
+	delete(c.views, uid)
+	c.viewMu.Unlock()
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
 
@@ -69,8 +68,11 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		if m != nil {
 			obs = m
 		}
-		kc, err = kube.New(kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName},
-			logger.WithField("component", "kube"), obs)
+		kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName}
+		if t := cfg.Kubernetes.Taint; t.Enabled {
+			kcfg.Taint = &kube.TaintConfig{Effect: corev1.TaintEffect(t.Effect), Kubeconfig: t.Kubeconfig}
+		}
+		kc, err = kube.New(kcfg, logger.WithField("component", "kube"), obs)
 		if err != nil {
 			return err
 		}
@@ -116,7 +118,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	if kc != nil {
 		wg.Go(func() { kc.Run(loopCtx) })
-		wg.Go(func() { syncNodeCondition(loopCtx, kc, ev.Snapshot) })
 	}
 	// One runtime event stream, shared by the sync loop and every kubelet
 	// stream (containerd 1.7 would split events among separate streams).
@@ -171,7 +172,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		if kc != nil {
 			src.API = func() admin.API {
 				st := kc.State()
-				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK}
+				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
+					Taint: st.Taint, Unreported: st.Unreported}
 			}
 		}
 		wg.Go(func() {
@@ -246,7 +248,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		HardGracePeriod:   hardGracePeriod,
 		OnStatsError:      evictor.StatsErrorPolicy(cfg.OnStatsError),
 		DryRun:            cfg.DryRun,
-	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs})
+	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs, OnPressure: onPressure(kc)})
 	if err != nil {
 		bounded.Close()
 		return guardParts{}, err
@@ -359,35 +361,14 @@ func runTriggerOn(ctx context.Context, path, spec string, loop *guard.Loop, log 
 	}
 }
 
-// syncNodeCondition keeps cri-guard's node condition in the API in step
-// with the eviction manager's view: it reads the snapshot every 2 s and
-// queues a change (the client writes only changes).
-func syncNodeCondition(ctx context.Context, kc *kube.Client, snapshot func() evictor.Status) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		s := snapshot()
-		if !s.SampledAt.IsZero() {
-			pressure := slices.Contains(s.Conditions, evictor.ConditionMemoryPressure)
-			msg := "cri-guard sees no memory pressure"
-			if pressure {
-				msg = "cri-guard sees memory pressure"
-				var acting []string // stable while it lasts: no observed values
-				for _, t := range s.Thresholds {
-					if t.Acting || t.Pending {
-						acting = append(acting, t.Threshold.String())
-					}
-				}
-				if len(acting) > 0 {
-					msg += ": " + strings.Join(acting, "; ")
-				}
-			}
-			kc.SetNodeCondition(pressure, msg)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+// onPressure is the eviction manager's OnPressure: cri-guard's node
+// condition in the API follows its view of memory pressure; nil without an
+// API connection.
+func onPressure(kc *kube.Client) func(evictor.Pressure) {
+	if kc == nil {
+		return nil
+	}
+	return func(p evictor.Pressure) {
+		kc.SetNodePressure(kube.NodePressure{MemoryPressure: p.MemoryPressure, Thresholds: p.Thresholds})
 	}
 }

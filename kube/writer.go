@@ -1,0 +1,247 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Client is cri-guard's connection to the API server: a cache of the pods
+// bound to this node, and the reports of cri-guard's decisions (pod
+// statuses, events, the node condition). Nothing in it blocks its callers:
+// lookups read the cache, reports are written by its own goroutine, retried
+// until they succeed or the pod is gone, and written again whenever the
+// watch shows that another writer (the kubelet's status manager) replaced
+// what cri-guard owns.
+type Client struct {
+	node  string
+	srv   server
+	pods  cache.SharedIndexInformer
+	log   *logrus.Entry
+	obs   Observer
+	retry time.Duration
+	now   func() time.Time
+	// goneAfter: how long a report waits for its pod to reach the cache;
+	// heartbeat: how often the node condition is written unchanged
+	goneAfter, heartbeat time.Duration
+
+	viewMu sync.RWMutex
+	views  map[string]podView // by pod UID, derived once per informer change
+
+	mu      sync.Mutex
+	reports map[string]*report // by pod UID: every report made, while its pod exists
+	lastErr error
+	lastOK  time.Time
+	wake    chan struct{}
+	ns      nodeState  // the node condition (node.go)
+	ts      taintState // the node taint (taint.go)
+	// rejections bounds the rejections reported per owner; unreported
+	// counts those left to the kubelet's back-off (report.go)
+	rejections rejectLimiter
+	unreported int
+}
+
+// New connects to the API server described by cfg (nothing is sent until
+// Run).
+func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
+	rcfg, node, err := restConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := rest.RESTClientFor(rcfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: client: %w", err)
+	}
+	c := newClient(restServer{rc: rc}, node, cfg.Retry, log, obs)
+	if t := cfg.Taint; t != nil {
+		c.ts.srv, c.ts.effect = c.srv, t.Effect
+		if t.Kubeconfig != "" && t.Kubeconfig != cfg.Kubeconfig {
+			tcfg := cfg
+			tcfg.Kubeconfig, tcfg.NodeName = t.Kubeconfig, node
+			trc, _, err := restConfig(tcfg)
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: taint: %w", err)
+			}
+			tc, err := rest.RESTClientFor(trc)
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: taint client: %w", err)
+			}
+			c.ts.srv = restServer{rc: tc}
+		}
+	}
+	return c, nil
+}
+
+func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, obs Observer) *Client {
+	if retry <= 0 {
+		retry = 500 * time.Millisecond
+	}
+	c := &Client{node: node, srv: srv, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now,
+		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat,
+		views: map[string]podView{}, reports: map[string]*report{}, wake: make(chan struct{}, 1)}
+	c.pods = newPodInformer(srv.podListWatch(node))
+	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				c.setView(nil, p)
+				c.watched(p)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*corev1.Pod)
+			if p, ok := obj.(*corev1.Pod); ok {
+				c.setView(o, p)
+				c.watched(p)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				// its UID never comes back: its view and reports go
+				c.dropView(string(p.UID))
+				c.forget(string(p.UID))
+			}
+		},
+	})
+	return c
+}
+
+// NodeName is the node whose pods the client watches.
+func (c *Client) NodeName() string { return c.node }
+
+// Run watches the pods and writes the reports until ctx ends; then it
+// takes the node taint off (a clean stop), within a few seconds.
+func (c *Client) Run(ctx context.Context) {
+	go c.pods.RunWithContext(ctx)
+	c.writer(ctx)
+	c.removeTaint()
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// State says how the API connection is doing, for status.
+type State struct {
+	Node      string    `json:"node"`
+	Synced    bool      `json:"synced"`
+	Pending   int       `json:"pending"`
+	LastError string    `json:"lastError,omitempty"`
+	LastOK    time.Time `json:"lastOK,omitzero"`
+	// Taint is the node taint's state: off, not set, set (effect), or
+	// unavailable: why.
+	Taint string `json:"taint"`
+	// Unreported counts the refusals not reported Failed, their owner's
+	// rejections being over the bound.
+	Unreported int `json:"unreported,omitempty"`
+}
+
+// State is a snapshot of the connection; safe from any goroutine.
+func (c *Client) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK, Taint: c.taintStatus(),
+		Unreported: c.unreported}
+	for _, r := range c.reports {
+		if r.pending {
+			s.Pending++
+		}
+	}
+	if c.ns.dirty {
+		s.Pending++
+	}
+	if c.lastErr != nil {
+		s.LastError = c.lastErr.Error()
+	}
+	return s
+}
+
+// writer writes what is due until ctx ends.
+func (c *Client) writer(ctx context.Context) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		wait := c.writeDue(ctx)
+		t.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		case <-t.C:
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+	}
+}
+
+// writeDue writes every report whose time has come and the node's state,
+// and returns how long until something else is due.
+func (c *Client) writeDue(ctx context.Context) time.Duration {
+	c.mu.Lock()
+	var due []*report
+	now := c.now()
+	for _, r := range c.reports {
+		if r.pending && !r.next.After(now) {
+			due = append(due, r)
+		}
+	}
+	c.mu.Unlock()
+	for _, r := range due {
+		if ctx.Err() != nil {
+			return 0
+		}
+		c.writeReport(ctx, r)
+	}
+	wait := min(c.writeNode(ctx), c.writeTaint(ctx))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.reports {
+		if r.pending {
+			wait = min(wait, max(r.next.Sub(c.now()), 0))
+		}
+	}
+	return wait
+}
+
+// errGone: the pod is not in the API any more (or is another pod by now).
+var errGone = errors.New("pod is gone")
+
+// note counts a write and remembers the connection's health (c.mu held).
+func (c *Client) note(op string, err error) {
+	result := "ok"
+	switch {
+	case err == nil:
+		c.lastOK, c.lastErr = c.now(), nil
+	case errors.Is(err, errGone):
+		result = "gone"
+		c.lastOK, c.lastErr = c.now(), nil
+	default:
+		result = "error"
+		c.lastErr = err
+	}
+	if c.obs != nil {
+		c.obs.APIWrite(op, result)
+	}
+}
+
+// backoff is the delay before the tries-th retry: the first retry delay,
+// doubling, at most 30 s.
+func (c *Client) backoff(tries int) time.Duration {
+	return min(c.retry<<min(max(tries-1, 0), 6), 30*time.Second)
+}
