@@ -298,14 +298,15 @@ down() {
   local p i
   if p=$(uml_pid); then
     ts "power off"
-    printf 'systemctl poweroff\n' >"$SHARE/exec/poweroff.tmp" && mv "$SHARE/exec/poweroff.tmp" "$SHARE/exec/poweroff.cmd"
+    printf 'systemctl poweroff --force\n' >"$SHARE/exec/poweroff.tmp" && mv "$SHARE/exec/poweroff.tmp" "$SHARE/exec/poweroff.cmd"
     for i in $(seq 1 120); do kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
     if kill -0 "$p" 2>/dev/null; then
       ts "no power-off after 60s: SIGTERM, then SIGKILL, to the guest's process group"
       kill -TERM -- -"$p" 2>/dev/null || true; sleep 2; kill -KILL -- -"$p" 2>/dev/null || true
     fi
   fi
-  # UML's host processes share the process group of the kernel we started.
+  # UML's host processes share the process group of the kernel we started
+  # (a forced power-off: the guest's disk is a throw-away layer).
   if [ -n "${p:-}" ]; then
     for i in $(seq 1 20); do pgrep -g "$p" >/dev/null || break; sleep 0.25; done
     pgrep -g "$p" >/dev/null && kill -KILL -- -"$p" 2>/dev/null || true
