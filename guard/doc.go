@@ -3,11 +3,11 @@
 // decided and changed on it; nothing rewrites a record from a stale copy;
 // readers get snapshots (Pods).
 //
-// The loop never waits on a disk. A changed record is handed to the writer
-// (writer.go), which writes it durably off the loop (checkpoint.Put: fsync,
-// rename, directory fsync): one write per record at a time, each with a
-// sequence number, a later write superseding a waiting one; the outcomes
-// come back through the loop's queue (recordWrites). A record whose write
+// The loop never waits on a disk or a runtime listing. A changed record
+// is handed to the writer (writer.go), which writes it durably off the
+// loop (checkpoint.Put: fsync, rename, directory fsync): one write per
+// record at a time, each with a sequence number, a later write superseding
+// a waiting one; the outcomes come back through the loop's queue (recordWrites). A record whose write
 // failed (full disk) is kept in memory and written again each housekeeping
 // pass: bookkeeping never refuses a pod.
 //
@@ -50,8 +50,10 @@
 // or memcg notification and its follow-ups; the fast poll; the next
 // restored pod refused at start-up; syncOnce, the step tests drive):
 //
-//  1. Resync with the runtime's sandbox list (quick passes at most once a
-//     second) and write again the records whose write failed.
+//  1. Start a listing of the runtime's sandboxes off the loop (none while
+//     the last one is under way; quick passes at most once a second),
+//     applied when it comes back (below), and write again the records
+//     whose write failed.
 //  2. An eviction under way (inFlight): sample only, so that admission
 //     reads current conditions, and cut its grace period short when the
 //     last evaluation has a memory signal under half of a hard threshold
@@ -77,8 +79,27 @@
 //     failed or timed-out stop leaves the pod ready and ranked for the next
 //     pass.
 //
-// StopPodSandbox and RemovePodSandbox through cri-guard, runtime events
-// (RunEvents) and housekeeping resyncs update or drop records on the loop.
+// StopPodSandbox and RemovePodSandbox through cri-guard update or drop
+// records on the loop.
+//
+// # Runtime listings (resync.go)
+//
+// Runtime events that say a sandbox stopped or went away start a listing
+// (RunEvents).
+//
+// A listing of the runtime's sandboxes is the fallback for missed events:
+// housekeeping starts one (step 1), and the event stream does when it
+// breaks (before it opens again) or says a sandbox stopped. ListPodSandbox
+// runs off the loop, bounded by 5 s; its answer comes back through the
+// loop's queue and is applied in memory: a sandbox gone drops its record,
+// one not ready stops its pod, one ready again (a record stopped before
+// its stop) makes the pod a candidate again. A listing is a picture taken
+// while the loop went on, so every outcome recorded of a sandbox (created,
+// stopped, evicted, removed) touches its record with the next generation
+// number, and a listing changes only the records no outcome touched since
+// it started: a pod created, or stopped by an eviction, after the picture
+// was taken keeps what its outcome said, and the next listing sees it.
+//
 // With an API connection (Options.API and Reporter, kube.Client) reports
 // are queued, never waited for.
 //

@@ -21,11 +21,11 @@ type EventStream interface {
 // the runtime has none.
 type OpenEvents func(ctx context.Context) (EventStream, error)
 
-// RunEvents follows the runtime's container events and resyncs the known
-// pods when a sandbox stops or is deleted behind cri-guard's back. When the
-// stream breaks it resyncs with ListPodSandbox and opens it again. It
-// returns when ctx ends, or when the runtime does not implement the stream
-// (housekeeping resyncs then suffice).
+// RunEvents follows the runtime's container events and lists the
+// sandboxes when a sandbox stops or is deleted behind cri-guard's back. When the
+// stream breaks it lists the sandboxes (on this goroutine, applied on the
+// loop) and opens it again. It returns when ctx ends, or when the runtime
+// does not implement the stream (housekeeping's listings then suffice).
 func (l *Loop) RunEvents(ctx context.Context, open OpenEvents) error {
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
@@ -42,7 +42,7 @@ func (l *Loop) RunEvents(ctx context.Context, open OpenEvents) error {
 			return nil
 		}
 		l.log.WithError(err).Debug("container event stream broken: resync")
-		l.requestResync(ctx)
+		l.relist(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -65,12 +65,8 @@ func (l *Loop) follow(ctx context.Context, s EventStream) error {
 			// the sandbox itself stopped or went away (containerd sends the
 			// sandbox's status with each event, and sandbox events carry its id)
 			if ev.GetContainerId() == sb.GetId() || (sb != nil && sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY) {
-				l.requestResync(ctx)
+				l.relist(ctx)
 			}
 		}
 	}
-}
-
-func (l *Loop) requestResync(ctx context.Context) {
-	_ = l.do(ctx, func() { l.resync(ctx) })
 }

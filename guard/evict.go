@@ -163,6 +163,7 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 	}
 	p.State = pod.StateStopped
 	p.EvictedAt = l.now()
+	l.touch(p.Key())
 	l.save(p) // the guard is in the evictor's memory meanwhile
 	l.publish()
 	l.log.WithFields(podFields(p)).Info("pod evicted")
@@ -267,51 +268,4 @@ func terminationGracePeriod(ctrs []*runtimeapi.Container) (d time.Duration, know
 		}
 	}
 	return 0, false
-}
-
-// resync makes the known pods agree with the runtime's sandbox list: a
-// sandbox that is no longer ready is stopped, one that is gone is removed.
-// It is the fallback for missed runtime events (loop goroutine).
-func (l *Loop) resync(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	sbs, err := l.rt.ListPodSandbox(ctx, nil)
-	if err != nil {
-		l.log.WithError(err).Debug("resync: cannot list sandboxes")
-		return
-	}
-	states := make(map[string]runtimeapi.PodSandboxState, len(sbs))
-	for _, sb := range sbs {
-		states[sb.GetId()] = sb.GetState()
-	}
-	changed := false
-	for key, p := range l.pods {
-		if p.SandboxID == "" {
-			continue // RunPodSandbox in flight
-		}
-		st, ok := states[p.SandboxID]
-		switch {
-		case !ok:
-			l.log.WithFields(podFields(p)).Info("sandbox is gone from the runtime")
-			l.drop(key)
-			delete(l.pods, key)
-			changed = true
-		case st != runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateReady:
-			l.log.WithFields(podFields(p)).Info("sandbox is no longer ready")
-			p.State = pod.StateStopped
-			l.save(p)
-			changed = true
-		case st == runtimeapi.PodSandboxState_SANDBOX_READY && p.State == pod.StateStopped:
-			// a record older than its sandbox's state (written by a
-			// release that marked a pod stopped before the stop): the
-			// runtime's word wins, and the pod is a candidate again
-			l.log.WithFields(podFields(p)).Info("sandbox is ready again")
-			p.State = pod.StateReady
-			l.save(p)
-			changed = true
-		}
-	}
-	if changed {
-		l.publish()
-	}
 }

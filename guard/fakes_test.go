@@ -28,6 +28,13 @@ type fakeRuntime struct {
 	calls     []string
 	listErr   error
 	lists     int // ListPodSandbox calls
+	// listHold, when set, makes ListPodSandbox wait for it to be closed
+	// (or ctx) after it took its picture of the sandboxes, as a runtime
+	// slow to answer; listTaken is told of each picture taken, listsHeld
+	// counts the lists waiting.
+	listHold  chan struct{}
+	listTaken chan struct{}
+	listsHeld int
 	// stopErrs are returned by the next StopPodSandbox calls, one each;
 	// stopHang, when set, makes StopPodSandbox wait for it or ctx.
 	stopErrs []error
@@ -58,18 +65,67 @@ func (f *fakeRuntime) addSandbox(id, uid string, attempt uint32, ready bool, cre
 
 func (f *fakeRuntime) record(s string) { f.calls = append(f.calls, s) }
 
-func (f *fakeRuntime) ListPodSandbox(_ context.Context, _ *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+// ListPodSandbox answers with copies, as a client decodes its own: the
+// picture of the moment it was taken.
+func (f *fakeRuntime) ListPodSandbox(ctx context.Context, _ *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.lists++
 	if f.listErr != nil {
+		f.mu.Unlock()
 		return nil, f.listErr
 	}
 	var out []*runtimeapi.PodSandbox
 	for _, s := range f.sandboxes {
-		out = append(out, s)
+		out = append(out, &runtimeapi.PodSandbox{Id: s.Id, Metadata: s.Metadata, State: s.State, CreatedAt: s.CreatedAt})
 	}
-	return out, nil
+	hold, taken := f.listHold, f.listTaken
+	if hold != nil {
+		f.listsHeld++
+	}
+	f.mu.Unlock()
+	if hold == nil {
+		return out, nil
+	}
+	if taken != nil {
+		taken <- struct{}{}
+	}
+	defer func() {
+		f.mu.Lock()
+		f.listsHeld--
+		f.mu.Unlock()
+	}()
+	select {
+	case <-hold:
+		return out, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// holdLists makes every ListPodSandbox from now on wait, after taking its
+// picture, until release is called (once or more); taken receives once per
+// picture taken.
+func (f *fakeRuntime) holdLists() (taken <-chan struct{}, release func()) {
+	hold, tk := make(chan struct{}), make(chan struct{}, 16)
+	f.mu.Lock()
+	f.listHold, f.listTaken = hold, tk
+	f.mu.Unlock()
+	var once sync.Once
+	return tk, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.listHold, f.listTaken = nil, nil
+			f.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
+// held is the number of ListPodSandbox calls waiting on holdLists.
+func (f *fakeRuntime) held() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listsHeld
 }
 
 func (f *fakeRuntime) PodSandboxStatus(_ context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error) {
@@ -307,6 +363,19 @@ func testLog() *logrus.Entry {
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
 	return logrus.NewEntry(l)
+}
+
+// resynced waits until the listing housekeeping started, if any, is
+// applied on the running loop.
+func resynced(t *testing.T, l *Loop) {
+	t.Helper()
+	waitFor(t, func() bool {
+		var busy bool
+		if err := l.do(context.Background(), func() { busy = l.listing }); err != nil {
+			t.Fatalf("ask the loop (is it running?): %v", err)
+		}
+		return !busy
+	})
 }
 
 // flushed waits until the running loop's checkpoint writes are done and

@@ -59,15 +59,17 @@ func (p pass) quick() bool { return p == passFollowUp || p == passFastPoll }
 // per monitoring interval.
 func (p pass) spaced() bool { return p != passTick && p != passManual }
 
-// housekeeping resyncs with the runtime, then lets the evictor act.
+// housekeeping starts a listing of the runtime's sandboxes (off the loop;
+// applied when it comes back), then lets the evictor act.
 func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	if l.wdog != nil {
 		defer l.wdog()
 	}
 	// Follow-ups come every 100 ms while memory is short (fast polls every
 	// FastPoll.Interval near a threshold): they evaluate the
-	// fresh pressure each time but list the sandboxes (the runtime events
-	// keep the view true in between) at most once per followUpResync.
+	// fresh pressure each time but start a listing of the sandboxes (the
+	// runtime events keep the view true in between) at most once per
+	// followUpResync.
 	if !why.quick() || l.now().Sub(l.lastResync) >= followUpResync {
 		l.lastResync = l.now()
 		l.resync(ctx)

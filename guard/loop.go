@@ -137,7 +137,10 @@ type Loop struct {
 	lastEvicted time.Time           // when the last eviction's stop returned
 	passErr     string              // the error of the last eviction pass, if it failed
 	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
-	lastResync  time.Time           // when housekeeping last listed the runtime's sandboxes
+	lastResync  time.Time           // when housekeeping last started a listing of the runtime's sandboxes
+	listing     bool                // the listing housekeeping started is under way (resync)
+	gen         uint64              // the generation of the last outcome recorded (touch)
+	changed     map[string]uint64   // pod keys: the generation of the last outcome recorded of their sandbox
 	closeOnce   sync.Once
 	done        chan struct{}
 
@@ -174,6 +177,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		pods:    map[string]*pod.Pod{},
 		writing: map[string]uint64{},
 		unsaved: map[string]bool{},
+		changed: map[string]uint64{},
 		done:    make(chan struct{}),
 	}, nil
 }

@@ -234,6 +234,7 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	resynced(t, h.loop)
 	if n := len(h.loop.Pods()); n != 0 {
 		t.Fatalf("pods = %d after the sandbox vanished, want 0", n)
 	}
@@ -297,7 +298,7 @@ func TestTriggerFollowUps(t *testing.T) {
 
 // TestFollowUpResync: follow-up passes after a trigger evaluate every time
 // but list the runtime's sandboxes at most once a second; other passes
-// always list.
+// always list (each listing is waited for before the next step).
 func TestFollowUpResync(t *testing.T) {
 	h := newHarness(t, true)
 	if _, err := h.loop.Restore(context.Background()); err != nil {
@@ -305,6 +306,7 @@ func TestFollowUpResync(t *testing.T) {
 	}
 	clock := time.Unix(5000, 0)
 	h.loop.now = func() time.Time { return clock }
+	h.start(t)
 	lists := func() int {
 		h.rt.mu.Lock()
 		defer h.rt.mu.Unlock()
@@ -324,15 +326,27 @@ func TestFollowUpResync(t *testing.T) {
 		{passFollowUp, 100 * time.Millisecond, 3},
 		{passManual, 0, 4},
 	}
-	base, syncs := lists(), h.ev.syncs
+	var syncs int
+	if err := h.loop.do(ctx, func() { syncs = h.ev.syncs }); err != nil {
+		t.Fatal(err)
+	}
+	base := lists()
 	for i, s := range steps {
-		clock = clock.Add(s.advance)
-		h.loop.housekeeping(ctx, s.why)
+		if err := h.loop.do(ctx, func() {
+			clock = clock.Add(s.advance)
+			h.loop.housekeeping(ctx, s.why)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		resynced(t, h.loop)
 		if got := lists() - base; got != s.wantLists {
 			t.Fatalf("step %d (%s): %d sandbox lists, want %d", i, s.why, got, s.wantLists)
 		}
 	}
-	if got := h.ev.syncs - syncs; got != len(steps) {
+	if err := h.loop.do(ctx, func() { syncs = h.ev.syncs - syncs }); err != nil {
+		t.Fatal(err)
+	}
+	if got := syncs; got != len(steps) {
 		t.Fatalf("%d eviction passes, want one per step (%d)", got, len(steps))
 	}
 }

@@ -114,6 +114,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			p.Created = timeOf(sb)
 		}
 		l.pods[p.Key()] = p
+		l.touch(p.Key())
 		if p.State != rec.State || p.SandboxID != rec.SandboxID {
 			l.save(p)
 		}
@@ -131,6 +132,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			continue
 		}
 		l.pods[p.Key()] = p
+		l.touch(p.Key())
 		l.save(p)
 		rep.Adopted++
 	}

@@ -130,6 +130,7 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 	// runs.
 	pending := l.save(p)
 	l.pods[p.Key()] = p.Clone()
+	l.touch(p.Key())
 	l.publish()
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
 	return r, nil, pending
@@ -164,6 +165,7 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
 	}
 	cur.SandboxID, cur.State = sandboxID, pod.StateReady
 	l.pods[p.Key()] = cur
+	l.touch(p.Key())
 	done := l.save(cur) // a crash before it is written: start-up reconciliation completes the pending record
 	l.publish()
 	return done
@@ -194,6 +196,7 @@ func (l *Loop) SandboxStopped(sandboxID string) {
 			return false
 		}
 		p.State = pod.StateStopped
+		l.touch(p.Key())
 		l.save(p)
 		return true
 	})

@@ -180,6 +180,7 @@ func (l *Loop) drop(key string) {
 	seq, _ := l.w.delete(key)
 	l.writing[key] = seq
 	delete(l.unsaved, key)
+	delete(l.changed, key)
 }
 
 // recordWrites records the outcomes of the writer's writes (loop
