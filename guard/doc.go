@@ -82,23 +82,28 @@
 // StopPodSandbox and RemovePodSandbox through cri-guard update or drop
 // records on the loop.
 //
-// # Runtime listings (resync.go)
+// # Runtime events and listings (events.go, resync.go)
 //
-// Runtime events that say a sandbox stopped or went away start a listing
-// (RunEvents).
+// A runtime event updates the one sandbox it names, from the sandbox
+// status containerd sends with it (a sandbox's own events carry its id as
+// the container id, and its deletion no status): gone, the record is
+// dropped; not ready, a ready pod is stopped and saved. Only stops and
+// deletions are read, which are final, so a late event is still true; the
+// event is read off the loop (RunEvents) and applied on it, with no
+// listing.
 //
 // A listing of the runtime's sandboxes is the fallback for missed events:
 // housekeeping starts one (step 1), and the event stream does when it
-// breaks (before it opens again) or says a sandbox stopped. ListPodSandbox
-// runs off the loop, bounded by 5 s; its answer comes back through the
-// loop's queue and is applied in memory: a sandbox gone drops its record,
-// one not ready stops its pod, one ready again (a record stopped before
-// its stop) makes the pod a candidate again. A listing is a picture taken
-// while the loop went on, so every outcome recorded of a sandbox (created,
-// stopped, evicted, removed) touches its record with the next generation
-// number, and a listing changes only the records no outcome touched since
-// it started: a pod created, or stopped by an eviction, after the picture
-// was taken keeps what its outcome said, and the next listing sees it.
+// breaks, before it opens again. ListPodSandbox runs off the loop, bounded
+// by 5 s; its answer comes back through the loop's queue and is applied in
+// memory: a sandbox gone drops its record, one not ready stops its pod,
+// one ready again (a record stopped before its stop) makes the pod a
+// candidate again. A listing is a picture taken while the loop went on, so
+// every outcome recorded of a sandbox (created, stopped, evicted, removed,
+// an event) touches its record with the next generation number, and a
+// listing changes only the records no outcome touched since it started: a
+// pod created, or stopped by an eviction, after the picture was taken
+// keeps what its outcome said, and the next listing sees it.
 //
 // With an API connection (Options.API and Reporter, kube.Client) reports
 // are queued, never waited for.

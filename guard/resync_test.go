@@ -68,12 +68,119 @@ func followEvents(t *testing.T, l *Loop, first EventStream) *fakeStream {
 	return s
 }
 
+// send hands ev to the loop through the stream and waits until it is handled.
+func (s *fakeStream) send(t *testing.T, ev *runtimeapi.ContainerEventResponse) {
+	t.Helper()
+	s.evs <- ev
+	<-s.handled
+}
+
+func sandboxStatus(id string, ready bool) *runtimeapi.PodSandboxStatus {
+	st := runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	if ready {
+		st = runtimeapi.PodSandboxState_SANDBOX_READY
+	}
+	return &runtimeapi.PodSandboxStatus{Id: id, State: st}
+}
+
 func (h *harness) states() map[string]pod.State {
 	out := map[string]pod.State{}
 	for _, p := range h.loop.Pods() {
 		out[p.Key()] = p.State
 	}
 	return out
+}
+
+// TestEventUpdatesOneSandbox: a runtime event updates the one sandbox it
+// names, from the status it carries, and lists nothing; the other pod is
+// untouched. Stops and deletions are final; a ready status in an event
+// never makes a stopped pod ready (it may predate the stop).
+func TestEventUpdatesOneSandbox(t *testing.T) {
+	const (
+		stopped = runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT
+		deleted = runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT
+		started = runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT
+	)
+	ev := func(ctr string, typ runtimeapi.ContainerEventType, sb *runtimeapi.PodSandboxStatus) *runtimeapi.ContainerEventResponse {
+		return &runtimeapi.ContainerEventResponse{ContainerId: ctr, ContainerEventType: typ, PodSandboxStatus: sb}
+	}
+	ready, gone := pod.StateReady, pod.State("")
+	tests := []struct {
+		name    string
+		stopped bool // p1 is marked stopped first (StopPodSandbox through cri-guard)
+		ev      *runtimeapi.ContainerEventResponse
+		wantP1  pod.State // "": gone
+	}{
+		{"container stopped, sandbox ready", false, ev("c-s1", stopped, sandboxStatus("s1", true)), ready},
+		{"container stopped, sandbox not ready", false, ev("c-s1", stopped, sandboxStatus("s1", false)), pod.StateStopped},
+		{"sandbox stopped", false, ev("s1", stopped, sandboxStatus("s1", false)), pod.StateStopped},
+		{"sandbox deleted, no status (containerd 2.x)", true, ev("s1", deleted, nil), gone},
+		{"sandbox deleted with its status", false, ev("s1", deleted, sandboxStatus("s1", false)), gone},
+		{"container deleted, sandbox ready", false, ev("c-s1", deleted, sandboxStatus("s1", true)), ready},
+		{"container deleted, no status", false, ev("c-s1", deleted, nil), ready},
+		{"container started is not read", false, ev("c-s1", started, sandboxStatus("s1", false)), ready},
+		{"an unknown sandbox", false, ev("s9", deleted, nil), ready},
+		{"a ready status after a stop", true, ev("c-s1", stopped, sandboxStatus("s1", true)), pod.StateStopped},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+			h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+			if _, err := h.loop.Restore(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			h.start(t)
+			if tt.stopped {
+				h.loop.SandboxStopped("s1")
+			}
+			// the runtime agrees with its event
+			h.rt.mu.Lock()
+			switch tt.wantP1 {
+			case gone:
+				delete(h.rt.sandboxes, "s1")
+			case pod.StateStopped:
+				h.rt.sandboxes["s1"].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+			}
+			h.rt.mu.Unlock()
+			h.rt.mu.Lock()
+			base := h.rt.lists
+			h.rt.mu.Unlock()
+			s := followEvents(t, h.loop, nil)
+			s.send(t, tt.ev)
+
+			want := map[string]pod.State{"p2/0": ready}
+			if tt.wantP1 != gone {
+				want["p1/0"] = tt.wantP1
+			}
+			if got := h.states(); !mapsEqual(got, want) {
+				t.Fatalf("pods after the event = %v, want %v", got, want)
+			}
+			h.rt.mu.Lock()
+			lists := h.rt.lists - base
+			h.rt.mu.Unlock()
+			if lists != 0 {
+				t.Fatalf("%d ListPodSandbox calls for one event, want 0", lists)
+			}
+			flushed(t, h.loop)
+			rec, ok := h.store.get("p1/0")
+			if ok != (tt.wantP1 != gone) || (ok && rec.State != tt.wantP1) {
+				t.Fatalf("p1's record = %+v (present %v), want state %q", rec, ok, tt.wantP1)
+			}
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]pod.State) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // listing is where a listing of the runtime's sandboxes comes from.
@@ -108,7 +215,8 @@ func (h *harness) startListing(t *testing.T, src listing, taken <-chan struct{})
 
 // TestStaleListing: a listing of the runtime's sandboxes is a picture taken
 // while the loop goes on. An outcome recorded after the picture was taken
-// (a sandbox created, an eviction's stop, a stop by the kubelet) is newer than the listing, and the listing does not override it:
+// (a sandbox created, an eviction's stop, a stop by the kubelet or an
+// event) is newer than the listing, and the listing does not override it:
 // a naive apply drops the new pod as gone, or makes the stopped one ready
 // (a candidate, evicted again). A record the listing does predate takes
 // its word.
@@ -158,6 +266,10 @@ func TestStaleListing(t *testing.T) {
 				h.rt.sandboxes["s1"].State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 				h.rt.mu.Unlock()
 				h.loop.SandboxStopped("s1")
+			}},
+		{name: "a stop by an event meanwhile stays stopped", key: "p1/0", want: pod.StateStopped,
+			during: func(t *testing.T, h *harness) {
+				_ = h.loop.do(context.Background(), func() { h.loop.applyEvent(sandboxEvent{id: "s1", notReady: true}) })
 			}},
 		{name: "a sandbox gone before the listing is dropped", key: "p1/0", want: "",
 			before: func(t *testing.T, h *harness) {
