@@ -250,21 +250,45 @@ vexec() {
   id=$(date +%s%N)-$$-$RANDOM
   f=$SHARE/exec/$id
   printf '%s\n' "$*" >"$f.tmp" && mv "$f.tmp" "$f.cmd"
-  local end=$((SECONDS + t))
+  local end=$((SECONDS + t)) started=
   while [ ! -e "$f.rc" ]; do
+    [ -n "$started" ] || { [ -e "$f.run" ] && started=$SECONDS; }
     if [ $SECONDS -ge $end ] || ! uml_pid >/dev/null; then
-      cat "$f.out" 2>/dev/null
+      cat "$f.out" 2>/dev/null || true
+      if ! uml_pid >/dev/null; then
+        echo "vm.sh: the guest is not running" >&2; diagnose >&2; rc=125
+      elif [ -z "$started" ]; then
+        # vm-agent never took the command: the guest (or its agent) is stuck
+        echo "vm.sh: exec timed out after ${t}s, never started in the guest (vm-agent not answering): $*" >&2
+        diagnose >&2; rc=124
+      else
+        echo "vm.sh: exec timed out after ${t}s: $*" >&2; rc=124
+      fi
       rm -f "$f".*
-      uml_pid >/dev/null || { echo "vm.sh: the guest is not running" >&2; return 125; }
-      echo "vm.sh: exec timed out after ${t}s: $*" >&2
-      return 124
+      return $rc
     fi
     sleep 0.1
   done
-  cat "$f.out"
-  rc=$(cat "$f.rc")
+  cat "$f.out" 2>/dev/null || true
+  rc=$(cat "$f.rc" 2>/dev/null) || rc=
   rm -f "$f".*
+  [[ $rc =~ ^[0-9]+$ ]] || { echo "vm.sh: no exit code from the guest for: $*" >&2; return 126; }
   return "$rc"
+}
+
+# diagnose: what the host can see of a guest that does not answer: the UML
+# processes (their states and CPU), the commands vm-agent has not taken or not
+# finished, the tail of the console (kernel messages, systemd's).
+diagnose() {
+  local p
+  echo "--- vm.sh diagnose: guest processes on the host"
+  if p=$(uml_pid); then ps -o pid,stat,pcpu,etime,rss,wchan:20,comm -g "$p" 2>/dev/null | head -20; else echo "(no UML process)"; fi
+  echo "--- vm.sh diagnose: exec queue"
+  ls -la "$SHARE/exec" 2>/dev/null | tail -n +4 | head -20
+  echo "--- vm.sh diagnose: console (last 30 lines)"
+  tail -30 "$VM/console.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g; s/^/  /'
+  echo "--- vm.sh diagnose: host"
+  uptime; free -m | head -2
 }
 
 up() {

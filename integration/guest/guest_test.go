@@ -5,14 +5,23 @@ package guest
 import (
 	"bufio"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+// stuck is set once the guest stopped answering (a script timed out
+// without vm-agent taking it, or the guest is gone): every later script
+// fails at once instead of waiting out its own timeout (seen in CI: three
+// subtests of 3 to 5 minutes each on a guest that no longer answered).
+var stuck atomic.Pointer[string]
 
 // vmScript is scripts/vm.sh of this checkout.
 var vmScript = func() string {
@@ -25,6 +34,9 @@ func needGuest(t *testing.T) {
 	t.Helper()
 	if os.Getenv("CRI_GUARD_VM") == "" {
 		t.Skip("CRI_GUARD_VM (the guest's directory, /tmp/cri-guard-vm) not set: the guest tests need `scripts/vm.sh up` (make test runs them)")
+	}
+	if why := stuck.Load(); why != nil {
+		t.Fatal(*why)
 	}
 	if out, err := exec.Command(vmScript, "status").CombinedOutput(); err != nil {
 		t.Fatalf("CRI_GUARD_VM is set but the guest does not answer: %v\n%s", err, out)
@@ -51,6 +63,9 @@ func (r result) get(k string) string {
 // ARGS after it, within timeout. The output is logged whole.
 func runScript(t *testing.T, timeout time.Duration, name string, args ...string) result {
 	t.Helper()
+	if why := stuck.Load(); why != nil {
+		t.Fatalf("guest %s not run: %s", name, *why)
+	}
 	// every script and manifest of testdata, side by side in the guest (the
 	// scripts source common.sh and read their manifests from their own directory)
 	files, err := filepath.Glob(filepath.Join("testdata", "*"))
@@ -76,7 +91,8 @@ func runScript(t *testing.T, timeout time.Duration, name string, args ...string)
 	}
 	start := time.Now()
 	cmd := exec.Command(vmScript, "exec", "-t", strconv.Itoa(int(timeout/time.Second)), "--", cmdline)
-	cmd.Stderr = os.Stderr
+	var stderr strings.Builder
+	cmd.Stderr = io.MultiWriter(os.Stderr, &stderr)
 	outb, err := cmd.Output()
 	r := result{out: string(outb), kv: map[string][]string{}}
 	var ee *exec.ExitError
@@ -89,6 +105,10 @@ func runScript(t *testing.T, timeout time.Duration, name string, args ...string)
 	}
 	t.Logf("guest %s (%.1fs, exit %d):\n%s", name, time.Since(start).Seconds(), r.code, r.out)
 	if r.code == 124 || r.code == 125 {
+		if r.code == 125 || strings.Contains(stderr.String(), "never started in the guest") {
+			why := fmt.Sprintf("the guest stopped answering during %s (exit %d; vm.sh's diagnosis above)", name, r.code)
+			stuck.Store(&why)
+		}
 		t.Fatalf("guest %s: timed out or the guest is gone (exit %d)", name, r.code)
 	}
 	sc := bufio.NewScanner(strings.NewReader(r.out))
