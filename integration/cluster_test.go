@@ -192,9 +192,10 @@ func (c *cluster) guardStatus(t *testing.T) string {
 // kPod is the part of a Pod object the tests read.
 type kPod struct {
 	Metadata struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
-		UID       string `json:"uid"`
+		Name            string `json:"name"`
+		Namespace       string `json:"namespace"`
+		UID             string `json:"uid"`
+		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
 	Spec struct {
 		PriorityClassName string `json:"priorityClassName"`
@@ -292,6 +293,9 @@ type kEvent struct {
 	Source  struct {
 		Component string `json:"component"`
 	} `json:"source"`
+	InvolvedObject struct {
+		UID string `json:"uid"`
+	} `json:"involvedObject"`
 }
 
 // events returns the events about one object.

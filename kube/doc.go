@@ -32,9 +32,11 @@
 // every pod). The statuses are strategic merge patches of the fields
 // cri-guard owns (phase, reason, message, the DisruptionTarget condition),
 // with the pod's UID as precondition, decided from the cache; whenever the
-// informer shows a reported pod without them, the report is written again
-// (slower and slower if another writer keeps replacing it). A pod is
-// reported once (Client.add), its event made once.
+// informer shows a reported pod without them, the report is written again:
+// at once when it had held for a while (a kubelet whose cache lacks them
+// replaces them at each status sync, every 10 s, for as long as the pod
+// exists), slower and slower when another writer replaces it as soon as it
+// is written. A pod is reported once (Client.add), its event made once.
 //
 // Nothing it does blocks its callers: lookups read the cache, reports are
 // written by its own goroutine with retries until they succeed or the pod

@@ -466,8 +466,9 @@ func TestTerminalPodNotReported(t *testing.T) {
 	}
 }
 
-// TestRewritesSlowDown: a writer that replaces the report every time is
-// answered, but more and more slowly (no write war at full speed).
+// TestRewritesSlowDown: a writer that replaces the report as soon as it is
+// written is answered, but more and more slowly (no write war at full
+// speed).
 func TestRewritesSlowDown(t *testing.T) {
 	f, c := newFake(t, apiPod("web", "u1"))
 	c.retry = 50 * time.Millisecond
@@ -484,6 +485,38 @@ func TestRewritesSlowDown(t *testing.T) {
 	// rewrites 4, 5, 6 wait 50, 100, 200 ms
 	if d := time.Since(start); d < 350*time.Millisecond {
 		t.Fatalf("six rewrites in %v: want the later ones backed off", d)
+	}
+}
+
+// TestPeriodicWriterAnsweredAtOnce: a kubelet whose status cache lacks
+// cri-guard's reason and message (seen for an evicted pod whose container
+// exits 0 on SIGTERM: the phase it derives, Succeeded, is forced back to
+// the API's Failed without them) replaces them at every status sync, each
+// 10 s, for as long as the pod exists, and again after each restart. A
+// replacement of a report that held that long is written again at once,
+// however many came before: only quick replacements slow cri-guard down.
+func TestPeriodicWriterAnsweredAtOnce(t *testing.T) {
+	f, c := newFake(t, apiPod("web", "u1"))
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	waitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
+	settled(t, c)
+	for i := range 8 {
+		mu.Lock()
+		now = now.Add(10 * time.Second) // the kubelet's status sync period
+		mu.Unlock()
+		n := len(f.statusPatches())
+		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
+		// the clock stands still: a rewrite put off would never come
+		waitFor(t, fmt.Sprintf("replacement %d written again at once", i+1), func() bool {
+			return len(f.statusPatches()) == n+1 && holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
+		})
+		settled(t, c)
+	}
+	if n := len(f.events(t)); n != 1 {
+		t.Fatalf("%d events, want 1", n)
 	}
 }
 

@@ -45,6 +45,15 @@ const (
 // are cri-guard's, not the kubelet's, with the kubelet's reasons.
 const eventComponent = "cri-guard"
 
+// defaultRewriteCalm: a replacement of a report that held this long since
+// cri-guard wrote it is written again at once. The kubelet's status
+// manager, when its cache lacks cri-guard's reason and message, replaces
+// them at each of its status syncs (every 10 s) for as long as the pod
+// exists: a steady pace to answer, not a write war to slow down. Only
+// replacements that come sooner, in a row, are answered more and more
+// slowly.
+const defaultRewriteCalm = 5 * time.Second
+
 // defaultGoneAfter is how long a report waits for its pod to be in the
 // cache (the pod of a sandbox is in the API before the kubelet asks for
 // it, but the watch may lag) before the pod is taken for gone.
@@ -73,7 +82,11 @@ type report struct {
 	// older versions, which say nothing of it)
 	patched   bool
 	patchedRV uint64
-	rewrites  int  // writes after another writer's
+	patchedAt time.Time // when the last write returned
+	rewrites  int       // writes after another writer's
+	// quick counts the replacements in a row that came within rewriteCalm
+	// of cri-guard's write: those, not all, are answered more and more slowly
+	quick     int
 	settled   bool // nothing more to write: the pod was terminal before it, or is gone
 	eventMade bool
 }
@@ -172,15 +185,22 @@ func (c *Client) watched(p *corev1.Pod) {
 		return
 	}
 	r.rewrites++
-	// a writer that keeps replacing it is answered more and more slowly
+	// a writer that replaces it as soon as it is written is answered more
+	// and more slowly; one that let it hold for a while (the kubelet's
+	// periodic status sync) at once
+	if c.now().Sub(r.patchedAt) < c.rewriteCalm {
+		r.quick++
+	} else {
+		r.quick = 0
+	}
 	delay := time.Duration(0)
-	if r.rewrites > 3 {
-		delay = c.backoff(r.rewrites - 3)
+	if r.quick > 3 {
+		delay = c.backoff(r.quick - 3)
 	}
 	r.pending, r.next = true, c.now().Add(delay)
 	f := r.fields()
 	f["phase"], f["reason"], f["message"] = p.Status.Phase, p.Status.Reason, p.Status.Message
-	f["rewrites"] = r.rewrites
+	f["rewrites"], f["quick"] = r.rewrites, r.quick
 	c.mu.Unlock()
 	c.log.WithFields(f).Info("reported pod status replaced by another writer: writing it again")
 	c.poke()
@@ -259,7 +279,7 @@ func (c *Client) writeReport(ctx context.Context, r *report) {
 				Info("pod status reported to the API server")
 		}
 		r.pending, r.patched, r.tries = false, true, 0
-		r.patchedRV = resourceVersion(out)
+		r.patchedRV, r.patchedAt = resourceVersion(out), c.now()
 		c.note(r.kind.op(), nil)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// not found, or another pod of that name (the UID precondition)

@@ -29,8 +29,10 @@ type Client struct {
 	retry time.Duration
 	now   func() time.Time
 	// goneAfter: how long a report waits for its pod to reach the cache;
-	// heartbeat: how often the node condition is written unchanged
-	goneAfter, heartbeat time.Duration
+	// heartbeat: how often the node condition is written unchanged;
+	// rewriteCalm: a replacement of a report that held this long is
+	// written again at once (report.go)
+	goneAfter, heartbeat, rewriteCalm time.Duration
 
 	viewMu sync.RWMutex
 	views  map[string]podView // by pod UID, derived once per informer change
@@ -84,7 +86,7 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 		retry = 500 * time.Millisecond
 	}
 	c := &Client{node: node, srv: srv, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now,
-		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat,
+		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat, rewriteCalm: defaultRewriteCalm,
 		views: map[string]podView{}, reports: map[string]*report{}, wake: make(chan struct{}, 1)}
 	c.pods = newPodInformer(srv.podListWatch(node))
 	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -10,6 +10,7 @@
 #   scripts/cluster.sh kill-cri-guard   SIGKILL cri-guard (the kubelet keeps running)
 #   scripts/cluster.sh start-cri-guard [api]  start cri-guard again on the same state (api: connected to the API server)
 #   scripts/cluster.sh stop-apiserver / start-apiserver  an API server outage
+#   scripts/cluster.sh restart-kubelet  stop the kubelet and start it again (cri-guard keeps running)
 #
 # The cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 # a kubelet of one Kubernetes release, built from their Go modules and cached in
@@ -328,6 +329,28 @@ start_guard() {
   wait_for cri-guard 60 cri-guard guard_ok
 }
 
+# start_kubelet: the kubelet, its runtime endpoint cri-guard's socket.
+start_kubelet() {
+  alive kubelet && return 0
+  launch kubelet --config "$C/kubelet.yaml" --kubeconfig "$C/kubelet.kubeconfig" \
+    --hostname-override "$NODE" --root-dir "$C/kubelet" --cert-dir "$C/kubelet/pki"
+}
+
+kubelet_healthy() { curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ/healthz"; }
+
+# restart_kubelet: stop the kubelet (SIGTERM, by its saved PID) and start it
+# again with the same flags (a kubelet not running is only started);
+# cri-guard and containerd keep running. Its status manager then resyncs
+# every pod's status from its new, empty cache.
+restart_kubelet() {
+  local old=none
+  if alive kubelet; then old=$(cat "$C/pids/kubelet.pid"); fi
+  stop kubelet TERM
+  start_kubelet
+  wait_for "kubelet healthz" 60 kubelet kubelet_healthy
+  ts "kubelet restarted: pid $old -> $(cat "$C/pids/kubelet.pid")"
+}
+
 up_ok() {
   local n
   for n in etcd kube-apiserver kube-controller-manager kube-scheduler cri-guard kubelet; do alive $n || return 1; done
@@ -381,8 +404,7 @@ up() {
   start_guard
 
   ts "kubelet"
-  launch kubelet --config "$C/kubelet.yaml" --kubeconfig "$C/kubelet.kubeconfig" \
-    --hostname-override "$NODE" --root-dir "$C/kubelet" --cert-dir "$C/kubelet/pki"
+  start_kubelet
   wait_for "node $NODE Ready" 120 kubelet node_ready
   # Pods can be created once the default service account and root CA exist.
   wait_for "default service account" 60 kube-controller-manager kc -n default get serviceaccount default
@@ -456,5 +478,6 @@ kill-cri-guard) stop cri-guard KILL ;;
 start-cri-guard) [ -f "$MARK" ] || die "not up"; start_guard "${2:-}" ;;
 stop-apiserver) stop kube-apiserver TERM ;;
 start-apiserver) [ -f "$MARK" ] || die "not up"; start_apiserver ;;
-*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard [api]|stop-apiserver|start-apiserver" ;;
+restart-kubelet) [ -f "$MARK" ] || die "not up"; restart_kubelet ;;
+*) die "usage: $0 build|up|down|status|kill-cri-guard|start-cri-guard [api]|stop-apiserver|start-apiserver|restart-kubelet" ;;
 esac
