@@ -47,8 +47,12 @@
 // # The walk of an eviction (Loop.housekeeping, housekeeping.go; evict.go)
 //
 // On the loop, for every pass (pass: the housekeeping tick; a PSI trigger
-// or memcg notification and its follow-ups; the fast poll; the next
-// restored pod refused at start-up; syncOnce, the step tests drive):
+// and its follow-ups; a kernel memcg notification; the fast poll; the next
+// restored pod refused at start-up; syncOnce, the step tests drive). The
+// loop owns every wake-up (wakeups.go, fastpath.go): Run arms the PSI
+// trigger (following the pods cgroup's pressure file) and the memcg
+// notifications, SetThresholds re-arms the notifications at the new levels
+// when a reload changes the thresholds, and they end with Run:
 //
 //  1. Start a listing of the runtime's sandboxes off the loop (none while
 //     the last one is under way; quick passes at most once a second),

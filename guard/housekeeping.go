@@ -39,14 +39,15 @@ type pass int
 const (
 	passTick     pass = iota // the housekeeping interval
 	passManual               // syncOnce
-	passTrigger              // a PSI trigger or a memcg notification (Trigger)
+	passTrigger              // a PSI trigger (Trigger)
+	passNotify               // a kernel memory notification (Wakeups.Notifiers)
 	passFollowUp             // one of the quick passes after a trigger
 	passFastPoll             // the fast poll near a threshold
 	passRefused              // the next restored pod refused at start-up is due
 )
 
 func (p pass) String() string {
-	return [...]string{"tick", "manual", "trigger", "follow-up", "fast-poll", "restored-refused"}[p]
+	return [...]string{"tick", "manual", "trigger", "notification", "follow-up", "fast-poll", "restored-refused"}[p]
 }
 
 // quick passes come many times a second while memory is short: they list

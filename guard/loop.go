@@ -93,6 +93,9 @@ type Config struct {
 	AfterRuntimeTimeout time.Duration
 	// FastPoll polls fast near a threshold (fastpath.go); zero: off.
 	FastPoll FastPoll
+	// Wakeups are the kernel's wake-ups (wakeups.go): the loop arms them
+	// when it runs and re-arms them on a reload; zero: none.
+	Wakeups Wakeups
 }
 
 // Options are the loop's dependencies.
@@ -122,7 +125,9 @@ type Loop struct {
 	api     APIPods
 	report  Reporter
 	updates chan func()
-	trigger chan struct{}
+	trigger chan struct{}  // a PSI trigger fired
+	notify  chan struct{}  // a kernel memory notification fired
+	wakeWG  sync.WaitGroup // the wake-ups' goroutines
 
 	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
@@ -141,6 +146,7 @@ type Loop struct {
 	listing     bool                // the listing housekeeping started is under way (resync)
 	gen         uint64              // the generation of the last outcome recorded (touch)
 	changed     map[string]uint64   // pod keys: the generation of the last outcome recorded of their sandbox
+	wake        wakeups             // the running wake-ups
 	closeOnce   sync.Once
 	done        chan struct{}
 
@@ -173,6 +179,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		api: o.API, report: o.Reporter,
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
+		notify:  make(chan struct{}, 1),
 		w:       newWriter(o.Store),
 		pods:    map[string]*pod.Pod{},
 		writing: map[string]uint64{},
@@ -244,6 +251,9 @@ func (l *Loop) Trigger() {
 // Run is the loop: it returns when ctx ends.
 func (l *Loop) Run(ctx context.Context) error {
 	defer l.closeOnce.Do(func() { close(l.done) })
+	wctx, stopWakeups := context.WithCancel(ctx)
+	defer func() { stopWakeups(); l.wakeWG.Wait() }()
+	l.startWakeups(wctx)
 	tick := time.NewTicker(l.cfg.HousekeepingInterval)
 	defer tick.Stop()
 	// After a PSI trigger the stall has only begun (a trigger fires at most
@@ -276,6 +286,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.housekeeping(ctx, passTrigger)
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
+			fp.schedule()
+		case <-l.notify:
+			// a memory threshold's level was crossed: no PSI follow-ups
+			// (the fast poll takes over near a threshold)
+			l.housekeeping(ctx, passNotify)
 			fp.schedule()
 		case <-burst.C:
 			l.housekeeping(ctx, passFollowUp)

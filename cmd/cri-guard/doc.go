@@ -11,7 +11,8 @@
 // main parses the command line and builds the logger; run (run.go) wires the
 // components: the runtime connection, the sampler, the checkpoint store, the
 // eviction manager, the sync loop (restored before the socket listens), the
-// shared event stream, the PSI trigger, metrics, the admin socket, sd_notify
-// and SIGHUP reloads. This package may import every cri-guard package; none
+// shared event stream, metrics, the admin socket, sd_notify and SIGHUP
+// reloads; the kernel wake-ups (PSI trigger, memcg notifications) are given
+// to the sync loop as guard.Wakeups, and the loop arms and re-arms them. This package may import every cri-guard package; none
 // may import it.
 package main

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -83,7 +82,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		return err
 	}
 	defer func() { _ = g.store.Close(); g.bounded.Close() }()
-	loop, ev, sampler := g.loop, g.ev, g.sampler
+	loop, ev := g.loop, g.ev
 	if m != nil {
 		m.Registry().MustRegister(metrics.NewCollector(metrics.StateSource{
 			Snapshot:  ev.Snapshot,
@@ -125,14 +124,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	wg.Go(func() {
 		_ = loop.RunEvents(loopCtx, func(ctx context.Context) (guard.EventStream, error) { return hub.Subscribe(ctx), nil })
 	})
-	if cfg.PSITrigger != "" {
-		wg.Go(func() {
-			runTrigger(loopCtx, sampler.TriggerFile, cfg.PSITrigger, loop, logger.WithField("component", "psi"))
-		})
-	}
-	if cfg.KernelMemcgNotification {
-		runMemcgNotifiers(loopCtx, &wg, cfg, sampler, loop, logger.WithField("component", "memcg"))
-	}
 	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
 			added, removed, err := loop.SetThresholds(ctx, ts, transition)
@@ -214,7 +205,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 type guardParts struct {
 	loop    *guard.Loop
 	ev      *evictor.Manager
-	sampler *pressure.Sampler
 	store   *checkpoint.Store // holds the state directory's lock until closed
 	bounded *pressure.Bounded // the evictor's sampler; its goroutine ends on Close
 }
@@ -271,94 +261,14 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		EnforceRestored:      cfg.RestoredPods == "enforce",
 		Rules:                cfg.CriticalRules(),
 		FastPoll:             fastPoll(cfg),
+		Wakeups:              wakeups(cfg, sampler, thresholds),
 	}, opts)
 	if err != nil {
 		bounded.Close()
 		_ = store.Close()
 		return guardParts{}, err
 	}
-	return guardParts{loop: loop, ev: ev, sampler: sampler, store: store, bounded: bounded}, nil
-}
-
-// triggerRecheck is how often runTrigger looks whether its file changed.
-const triggerRecheck = 5 * time.Second
-
-// runTrigger arms the PSI trigger on the pods cgroup's memory.pressure when
-// one is configured and exists, else on the node's, and runs a housekeeping
-// pass each time it fires. It follows file (the sampler's TriggerFile): a
-// pods cgroup that appears after start-up (the kubelet creates
-// kubepods.slice after cri-guard on a booting systemd node, seen in the
-// guest) gets the trigger within triggerRecheck, and a trigger whose cgroup
-// went away falls back to the node's.
-func runTrigger(ctx context.Context, file func() string, spec string, loop *guard.Loop, log *logrus.Entry) {
-	for ctx.Err() == nil {
-		path := file()
-		tctx, cancel := context.WithCancel(ctx)
-		moved := make(chan struct{})
-		go func() {
-			t := time.NewTicker(triggerRecheck)
-			defer t.Stop()
-			for {
-				select {
-				case <-tctx.Done():
-					return
-				case <-t.C:
-					if file() != path {
-						close(moved)
-						cancel()
-						return
-					}
-				}
-			}
-		}()
-		retry := runTriggerOn(tctx, path, spec, loop, log)
-		cancel()
-		select {
-		case <-moved:
-			log.WithField("trigger_file", file()).Info("psi trigger file changed: re-arming")
-			continue
-		default:
-		}
-		if !retry {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(triggerRecheck):
-		}
-	}
-}
-
-// runTriggerOn runs one trigger on path until ctx ends or it fails; it
-// reports whether arming again may help.
-func runTriggerOn(ctx context.Context, path, spec string, loop *guard.Loop, log *logrus.Entry) bool {
-	tr, err := pressure.NewTrigger(path, spec)
-	if err != nil {
-		if errors.Is(err, pressure.ErrNotPressureFile) {
-			log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
-			return false
-		}
-		log.WithError(err).Error("psi trigger disabled")
-		return false
-	}
-	log.WithField("trigger", tr.String()).Info("psi trigger armed")
-	err = tr.Run(ctx, func() {
-		log.Debug("psi trigger fired")
-		loop.Trigger()
-	})
-	switch {
-	case err == nil:
-		return false
-	case errors.Is(err, pressure.ErrNotPressureFile):
-		log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
-		return false
-	case errors.Is(err, pressure.ErrTriggerRejected):
-		log.WithError(err).Error("psi trigger rejected by the kernel: only housekeeping polls (use a window that is a multiple of 2s)")
-		return false
-	default:
-		log.WithError(err).Warn("psi trigger stopped: re-armed when its file is back, housekeeping polls meanwhile")
-		return true
-	}
+	return guardParts{loop: loop, ev: ev, store: store, bounded: bounded}, nil
 }
 
 // onPressure is the eviction manager's OnPressure: cri-guard's node
