@@ -80,6 +80,12 @@ func TestClusterTaint(t *testing.T) {
 	if ts := nodeTaints(); strings.Contains(ts, "cri-guard.io") {
 		t.Fatalf("node taints %s: set with the node's own credentials", ts)
 	}
+	// said once in the log, however many passes see the pressure: the
+	// log is appended to by every start, so count from this start's line
+	time.Sleep(3 * time.Second) // housekeeping passes under pressure
+	if n := c.guardLogCountSinceStart(t, "node taint unavailable"); n != 1 {
+		t.Fatalf("'node taint unavailable' logged %d times since this start, want once", n)
+	}
 	c.setAvailable(t, 12<<30)
 
 	// The ServiceAccount of contrib/rbac.yaml.

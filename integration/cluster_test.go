@@ -189,6 +189,24 @@ func (c *cluster) guardStatus(t *testing.T) string {
 	return string(out)
 }
 
+// guardLogCountSinceStart counts the lines of the cluster's cri-guard log
+// that carry msg, after the last start's "serving" line (the log is
+// appended to by every start).
+func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "logs", "cri-guard.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, `msg=serving`); i >= 0 {
+		s = s[i:]
+	} else if i := strings.LastIndex(s, `msg="serving"`); i >= 0 {
+		s = s[i:]
+	}
+	return strings.Count(s, msg)
+}
+
 // kPod is the part of a Pod object the tests read.
 type kPod struct {
 	Metadata struct {
