@@ -11,9 +11,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/cri-guard/cri-guard/admin"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/config"
@@ -61,21 +58,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if cfg.MetricsAddress != "" {
 		m = metrics.New()
 	}
-	var kc *kube.Client
-	if cfg.Kubernetes.Kubeconfig != "" {
-		var obs kube.Observer
-		if m != nil {
-			obs = m
-		}
-		kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName}
-		if t := cfg.Kubernetes.Taint; t.Enabled {
-			kcfg.Taint = &kube.TaintConfig{Effect: corev1.TaintEffect(t.Effect), Kubeconfig: t.Kubeconfig}
-		}
-		kc, err = kube.New(kcfg, logger.WithField("component", "kube"), obs)
-		if err != nil {
-			return err
-		}
-		log.WithField("node", kc.NodeName()).Info("reading pods from and reporting decisions to the API server")
+	kc, err := newKube(cfg, logger, m)
+	if err != nil {
+		return err
 	}
 	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, kc)
 	if err != nil {
@@ -124,55 +109,13 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	wg.Go(func() {
 		_ = loop.RunEvents(loopCtx, func(ctx context.Context) (guard.EventStream, error) { return hub.Subscribe(ctx), nil })
 	})
-	rl := &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: logger.WithField("component", "reload"),
-		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
-			added, removed, err := loop.SetThresholds(ctx, ts, transition)
-			if err != nil {
-				return err
-			}
-			// unchanged thresholds keep their observation state
-			logger.WithField("component", "reload").WithField("added", added).WithField("removed", removed).
-				Info("eviction thresholds changed")
-			return nil
-		}}
+	rl := newReloader(opts, loop, logger)
 	wg.Go(func() { rl.run(loopCtx, hup) })
-
-	if m != nil {
-		l, err := metrics.Listen(cfg.MetricsAddress)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			if err := metrics.Serve(loopCtx, l, m.Handler(), logger.WithField("component", "metrics")); err != nil {
-				log.WithError(err).Error("metrics server stopped")
-			}
-		})
+	if err := serveMetrics(loopCtx, &wg, cfg, m, logger); err != nil {
+		return err
 	}
-	if cfg.AdminSocket != "" {
-		l, err := admin.Listen(cfg.AdminSocket)
-		if err != nil {
-			return err
-		}
-		src := admin.Sources{
-			Version: version, DryRun: cfg.DryRun, Snapshot: ev.Snapshot, Pods: loop.Pods, Degraded: loop.Degraded,
-			Runtime: func() admin.Runtime {
-				st := rt.State()
-				return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
-			},
-		}
-		if kc != nil {
-			src.API = func() admin.API {
-				st := kc.State()
-				return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
-					Taint: st.Taint, Unreported: st.Unreported}
-			}
-		}
-		wg.Go(func() {
-			h := admin.Handler(func() admin.Status { return admin.Build(src) })
-			if err := admin.Serve(loopCtx, l, h, logger.WithField("component", "admin")); err != nil {
-				log.WithError(err).Error("admin server stopped")
-			}
-		})
+	if err := serveAdmin(loopCtx, &wg, cfg, g, rt, kc, logger); err != nil {
+		return err
 	}
 
 	hooks := server.SandboxHooks(loop, cfg.CriticalRules(), nil)
