@@ -31,9 +31,11 @@ import (
 // directly. We do the same, with the package compiled unmodified, through a
 // pull go:linkname to the method's symbol: a method is a function whose first
 // argument is the receiver, so the declaration below has the same ABI as
-// func (m *managerImpl) synchronize(DiskInfoProvider, ActivePodsFunc)
-// ([]*v1.Pod, error) in k8s.io/kubernetes v1.34.4 (pinned in go.mod; TestKubeletDriver
-// checks a known eviction so a signature change cannot pass silently).
+// func (m *managerImpl) synchronize(context.Context, DiskInfoProvider,
+// ActivePodsFunc) ([]*v1.Pod, error) in k8s.io/kubernetes v1.36.3 (pinned in
+// go.mod; 1.34 had no ctx: the linker does not check the signature, so
+// TestKubeletDriver checks a known eviction and a signature change cannot
+// pass silently).
 // The linker restricts pull linknames only into the standard library
 // (cmd/link -checklinkname); this one needs no flag, so plain `go test` and
 // `go run .` work. The alternative, `go build -overlay` adding an exporting
@@ -41,7 +43,7 @@ import (
 // module-cache paths on every go command.
 //
 //go:linkname kubeletSynchronize k8s.io/kubernetes/pkg/kubelet/eviction.(*managerImpl).synchronize
-func kubeletSynchronize(m unsafe.Pointer, d eviction.DiskInfoProvider, podFunc eviction.ActivePodsFunc) ([]*v1.Pod, error)
+func kubeletSynchronize(m unsafe.Pointer, ctx context.Context, d eviction.DiskInfoProvider, podFunc eviction.ActivePodsFunc) ([]*v1.Pod, error)
 
 // kubeletConfig is what the kubelet binary derives from a config file:
 // eviction.Config as pkg/kubelet/kubelet.go NewMainKubelet builds it.
@@ -54,8 +56,8 @@ type kubeletConfig struct {
 // loadKubeletConfig runs the kubelet's own file loader (decode, v1beta1
 // defaulting, conversion) on a KubeletConfiguration file holding the
 // scenario's eviction settings, then what cmd/kubelet/app/server.go
-// loadConfigFile (v1.34.4 lines 453-464) and pkg/kubelet/kubelet.go
-// NewMainKubelet (lines 510-530) do with it.
+// loadConfigFile (v1.36.3 lines 469-480) and pkg/kubelet/kubelet.go
+// NewMainKubelet (lines 519-535) do with it.
 func loadKubeletConfig(dir string, yamlBody []byte) (kubeletConfig, error) {
 	name := filepath.Join(dir, "kubelet.yaml")
 	body := append([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"), yamlBody...)
@@ -159,7 +161,7 @@ func newKubeletSide(cfg kubeletConfig, start time.Time) (*kubeletSide, error) {
 // that pass, if any.
 func (k *kubeletSide) synchronize() (*kubeletKill, error) {
 	n := len(k.killed)
-	_, err := kubeletSynchronize(k.impl, fakeDiskInfoProvider{}, func() []*v1.Pod { return k.pods })
+	_, err := kubeletSynchronize(k.impl, context.Background(), fakeDiskInfoProvider{}, func() []*v1.Pod { return k.pods })
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 // Command kubeletdiff is the differential test of cri-guard's eviction
 // decisions against the kubelet's own eviction manager (k8s.io/kubernetes
-// pkg/kubelet/eviction, v1.34.4, unmodified): random nodes, thresholds and
+// pkg/kubelet/eviction, v1.36.3, unmodified): random nodes, thresholds and
 // pods, the same inputs to both, every decision compared.
 //
 //	go run . -seed 1 -count 300

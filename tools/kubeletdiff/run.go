@@ -177,7 +177,7 @@ func runScenario(s *scenario, dir string, r *report) error {
 		s.compareEviction(r, i, st, active, kc.Eviction.MaxPodGracePeriodSeconds, cc.EvictionMaxPodGracePeriod.Duration, kk, acting, evs, scenCause)
 		// Admission of fresh pods.
 		for _, p := range s.probes() {
-			ka := k.admit.Admit(&lifecycle.PodAdmitAttributes{Pod: p.kubeletPod()})
+			ka := k.admit.Admit(&lifecycle.PodAdmitAttributes{Pod: p.kubeletPod(), Operation: lifecycle.AddOperation})
 			cpod, err := criPod(p, rules, now)
 			if err != nil {
 				return err

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -94,7 +96,7 @@ func newScenario(seed int64) *scenario {
 	if r.Intn(2) == 0 {
 		s.Cfg.Soft = genSignals(r)
 		s.Cfg.SoftGrace = map[string]string{}
-		for sig := range s.Cfg.Soft {
+		for _, sig := range slices.Sorted(maps.Keys(s.Cfg.Soft)) { // seed order, not map order
 			s.Cfg.SoftGrace[sig] = pick(r, "0s", "10s", "30s", "1m", "2m")
 		}
 	}
@@ -120,9 +122,12 @@ func newScenario(seed int64) *scenario {
 	for i := 0; i < n; i++ {
 		s.Pods = append(s.Pods, s.genPod(r, fmt.Sprintf("pod-%d", i)))
 	}
-	// Edges the samples gravitate to: each threshold's bytes (and + reclaim).
+	// Edges the samples gravitate to: each threshold's bytes (and + reclaim),
+	// in key order: genAvail picks them by index, so a scenario is a function
+	// of its seed alone.
 	for _, m := range []map[string]string{s.Cfg.Hard, s.Cfg.Soft, s.Cfg.MinReclaim, {"d": "100Mi"}} {
-		for _, v := range m {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			v := m[k]
 			for _, capa := range []int64{s.Capacity, s.AllocCap} {
 				if b, ok := valueBytes(v, capa); ok {
 					s.thresholdsBytes = append(s.thresholdsBytes, b)
