@@ -61,8 +61,9 @@ func (m *Manager) EvictRestored(p *pod.Pod, r Result) *Eviction {
 // PodGrace is the grace period the pod is stopped with, given its
 // terminationGracePeriodSeconds when the runtime knows it (known): for a
 // soft threshold min(MaxPodGracePeriod, TGPS), as the kubelet's
-// synchronize computes it (with AllowOverwriteTerminationGracePeriodSeconds
-// off, as in 1.34); for a hard one HardGracePeriod; for a restored pod
+// synchronize computes it (1.36 dropped the
+// AllowOverwriteTerminationGracePeriodSeconds gate, off by default in 1.34:
+// the same value); for a hard one HardGracePeriod; for a restored pod
 // refused at start-up TGPS itself.
 func (e *Eviction) PodGrace(tgps time.Duration, known bool) time.Duration {
 	if e.Restored && known {
