@@ -107,13 +107,29 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 			started := time.Now()
 
 			// the crossing of the new level, stamped from the domain's own
-			// working set (usage - total_inactive_file, as cri-guard reads it)
+			// working set (usage - total_inactive_file, as cri-guard reads
+			// it) every millisecond, apart from the slower state polls
+			crossing := make(chan time.Time, 1)
+			stopWatch := make(chan struct{})
+			defer close(stopWatch)
+			go func() {
+				for {
+					if ws, err := v1WorkingSet(dir); err == nil && (1<<30)-ws < 400<<20 {
+						crossing <- time.Now()
+						return
+					}
+					select {
+					case <-stopWatch:
+						return
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}()
 			var crossed time.Time
 			for {
-				if crossed.IsZero() {
-					if ws, err := v1WorkingSet(dir); err == nil && (1<<30)-ws < 400<<20 {
-						crossed = time.Now()
-					}
+				select {
+				case crossed = <-crossing:
+				default:
 				}
 				st, err := crictlErr(env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", sandbox)
 				if err == nil && strings.TrimSpace(st) == "SANDBOX_NOTREADY" {
@@ -126,6 +142,12 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 				time.Sleep(20 * time.Millisecond)
 			}
 			stopped := time.Now()
+			if crossed.IsZero() {
+				select {
+				case crossed = <-crossing:
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 			full, _ := os.ReadFile(g.log)
 			decided, ok := logTime(string(full), "evicting pod")
 			if !ok {
