@@ -24,6 +24,11 @@ files() {
     echo "$1_pod_ws_$uid=$((cur - $(stat "$d" inactive_file)))"
   done
 }
+# Pods are ranked with their stats by a housekeeping pass (every 10 s):
+# right after a restart of cri-guard (the systemd tests' SIGKILL) status
+# has none yet. Wait for a pass that ranked a pod (bounded).
+ranked() { cri-guard status --json | jq -e '[.pods[] | select(.hasStats)] | length > 0' >/dev/null; }
+wait_for 30 ranked || echo "# no pass ranked a pod with stats within 30 s"
 files before
 s=$(cri-guard status --json)
 files after
