@@ -403,8 +403,8 @@ func managedFieldsOf(p *corev1.Pod, at time.Time) []metav1.ManagedFieldsEntry {
 		return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 			Time: &t, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: fs}, Subresource: sub}
 	}
-	meta := map[string]any{"metadata": map[string]any{"labels": p.Labels, "annotations": p.Annotations, "ownerReferences": p.OwnerReferences}, "spec": p.Spec}
-	return []metav1.ManagedFieldsEntry{entry("kube-controller-manager", "", meta), entry("kubelet", "status", map[string]any{"status": p.Status})}
+	meta := map[string]any{"metadata": map[string]any{"labels": p.Labels, "annotations": p.Annotations}, "spec": p.Spec}
+	return []metav1.ManagedFieldsEntry{entry("kubectl-client-side-apply", "", meta), entry("kubelet", "status", map[string]any{"status": p.Status})}
 }
 
 // fieldSet is the FieldsV1 shape of a JSON value: "f:<key>" for each field,

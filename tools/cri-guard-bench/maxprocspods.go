@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
@@ -21,13 +20,13 @@ const maxprocsNamespace = "cri-guard-maxprocs"
 const updateAnnotation = "cri-guard-bench/update"
 
 // benchPod is the i-th pod of the maxprocs run, bound to node: what a
-// Deployment's pod carries (owner, labels, two containers with requests,
-// environment, probes, a projected token), Burstable, tolerating the
-// unreachable and not-ready taints for good (no kubelet serves the node:
-// the node lifecycle controller taints it, and the pods must stay).
+// Deployment's pod carries (labels, two containers with requests,
+// environment, probes, a volume), Burstable, tolerating the unreachable and
+// not-ready taints for good (no kubelet serves the node: the node lifecycle
+// controller taints it, and the pods must stay). No owner reference: in a
+// real cluster the garbage collector deletes a pod whose owner is missing.
 func benchPod(i int, node string) *corev1.Pod {
 	name := fmt.Sprintf("maxprocs-%04d", i)
-	rs := fmt.Sprintf("maxprocs-%02d-6d9f7c8b5", i/50)
 	env := make([]corev1.EnvVar, 0, 6)
 	for k := range 5 {
 		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", k), Value: fmt.Sprintf("value-%d-%d", i, k)})
@@ -41,8 +40,6 @@ func benchPod(i int, node string) *corev1.Pod {
 			Name: name, Namespace: maxprocsNamespace,
 			Labels:      map[string]string{"app": fmt.Sprintf("maxprocs-%02d", i/50), "pod-template-hash": "6d9f7c8b5", "tier": "backend"},
 			Annotations: map[string]string{"kubernetes.io/config.source": "api", updateAnnotation: "0"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs,
-				UID: types.UID(fmt.Sprintf("00000000-0000-0000-0000-0000000000%02d", i/50)), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		},
 		Spec: corev1.PodSpec{
 			NodeName: node,
