@@ -139,7 +139,7 @@ func setupMaxprocsAPI(ctx context.Context, o maxprocsOptions, workDir string, lo
 			a.close()
 			return nil, err
 		}
-		return &maxprocsAPI{kubeconfig: kc, what: "in-process HTTP API (list+watch of pods, real JSON; not kube-apiserver) at " + a.addr, pods: pods,
+		return &maxprocsAPI{kubeconfig: kc, what: "an in-process API (HTTPS, HTTP/2; list+watch of pods, real JSON; not kube-apiserver) at " + a.addr, pods: pods,
 			update:     func(_ context.Context, i int) error { return a.update(i) },
 			eventBytes: func(context.Context) int { return a.meanEventBytes() },
 			close:      a.close}, nil

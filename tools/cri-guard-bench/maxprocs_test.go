@@ -243,6 +243,9 @@ func TestFakeAPIInformer(t *testing.T) {
 	if err == nil {
 		t.Error("patch with another UID accepted")
 	}
+	if n := a.http1.Load(); n > 0 {
+		t.Errorf("%d requests not over HTTP/2", n)
+	}
 	var node corev1.Node
 	if err := api.rc.Get().Resource("nodes").Name("n1").Do(ctx).Into(&node); err != nil || node.Name != "n1" {
 		t.Errorf("get node: %v %q", err, node.Name)

@@ -1,17 +1,19 @@
 package main
 
 import (
-	"context"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 )
 
-// fakeAPI is the in-process API server of `maxprocs --api builtin`: a real
-// HTTP server on loopback that serves what cri-guard's kube client asks,
+// fakeAPI is the in-process API server of maxprocs without --kubeconfig:
+// a real HTTPS server (HTTP/2) on loopback that serves what cri-guard's kube client asks,
 // with real JSON: list and watch of the pods bound to a node (with the
 // watch-list stream client-go prefers, and resourceVersion resumption),
 // get and strategic-merge patch of the node and its status, strategic-merge
@@ -30,7 +32,7 @@ import (
 // cluster is not available; the objects carry managed fields as the API
 // server's do (their decoding is part of the informer's cost).
 type fakeAPI struct {
-	srv  *http.Server
+	srv  *httptest.Server
 	addr string
 	node string
 
@@ -43,6 +45,8 @@ type fakeAPI struct {
 	seq      int                    // update counter
 	nodeObj  *corev1.Node
 	closed   bool
+
+	http1 atomic.Int64 // requests not over HTTP/2
 }
 
 // apiEvent is one watch event, serialised once.
@@ -53,34 +57,33 @@ type apiEvent struct {
 
 const fakeHistory = 20000
 
-// startFakeAPI serves pods bound to node on 127.0.0.1.
+// startFakeAPI serves pods bound to node on 127.0.0.1, over TLS with
+// HTTP/2 as kube-apiserver does (client-go then multiplexes the watch and
+// the writes on one connection, and the child pays for TLS and HTTP/2
+// framing as it would).
 func startFakeAPI(node string) (*fakeAPI, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	a := &fakeAPI{node: node, pods: map[string]*corev1.Pod{}, watchers: map[chan apiEvent]bool{}}
 	n := &corev1.Node{TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: node, UID: "11111111-2222-3333-4444-555555555555", ResourceVersion: "1",
 			CreationTimestamp: metav1.Now()}}
 	a.nodeObj = n
 	a.rv = 1
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", a.serve)
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	a.addr = "http://" + l.Addr().String()
-	go func() { _ = a.srv.Serve(l) }()
+	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
+	a.srv.EnableHTTP2 = true
+	a.srv.StartTLS()
+	a.addr = a.srv.URL
 	return a, nil
 }
 
 // kubeconfig writes a kubeconfig for the fake API into dir.
 func (a *fakeAPI) kubeconfig(dir string) (string, error) {
 	p := filepath.Join(dir, "fake-api.kubeconfig")
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.srv.Certificate().Raw}))
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: fake
-  cluster: {server: %q}
+  cluster: {server: %q, certificate-authority-data: %s}
 users:
 - name: bench
   user: {}
@@ -88,7 +91,7 @@ contexts:
 - name: fake
   context: {cluster: fake, user: bench}
 current-context: fake
-`, a.addr)
+`, a.addr, ca)
 	return p, os.WriteFile(p, []byte(kc), 0o600)
 }
 
@@ -100,9 +103,7 @@ func (a *fakeAPI) close() {
 		delete(a.watchers, w)
 	}
 	a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = a.srv.Shutdown(ctx)
+	a.srv.Close()
 }
 
 // addPods stores the pods as the API server would create them and return
@@ -182,6 +183,9 @@ func eventLine(typ string, obj any) []byte {
 }
 
 func (a *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor != 2 {
+		a.http1.Add(1)
+	}
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/pods":
