@@ -40,4 +40,28 @@
 //
 //	cri-guard-bench idle --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
 //	    --cri-guard-binary bin/cri-guard [--modes default,psi --duration 10m]
+//
+// The maxprocs subcommand (issue 23) chooses cri-guard's GOMAXPROCS by
+// measurement: the fast path's decision latency while the API informer
+// decodes a steady stream of pod updates (1000 pods bound to the node,
+// 50 updates/s by default), and CPU seconds per second, for each
+// GOMAXPROCS setting (children of the real binary with GOMAXPROCS set in
+// their environment: "default" is Go's own choice here, set explicitly, as
+// cri-guard sets 1 when the variable is empty). Each round starts a fresh
+// child per setting, the order alternating; a child adopts a ready sandbox
+// per pod from a fake CRI runtime served by the bench (cri-api's
+// FakeRuntimeService behind gRPC: the eviction candidates, matched to the
+// API pods by UID), reads memory from a fake proc root the bench writes,
+// and after a quiet window (CPU with the updates alone) sees
+// memory.available cross its hard threshold --crossings times from within
+// the fast poll's margin; the decision is the child's "evicting pod" log
+// line. The pods live in a real API server (--kubeconfig, an admin
+// kubeconfig: the bench makes the node object, the pods, Running, and
+// patches an annotation; hold the harness lock around the cluster) or, by
+// default, in an API this process serves (list and watch of pods with real
+// JSON, status patches, events: not kube-apiserver):
+//
+//	make build && go build -o /tmp/cri-guard-bench ./tools/cri-guard-bench
+//	/tmp/cri-guard-bench maxprocs --cri-guard-binary bin/cri-guard \
+//	    [--kubeconfig /tmp/cri-guard-cluster/admin.kubeconfig] [--rounds 4 --crossings 25]
 package main
