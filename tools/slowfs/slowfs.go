@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// slowNode is a loopback node whose fsync (of a file, and of a directory
+// without a handle of its own) sleeps delay before the real fsync on the
+// backing file: a state disk on which one fsync takes that long.
+type slowNode struct {
+	*fs.LoopbackNode
+	delay time.Duration
+}
+
+var (
+	_ fs.NodeWrapChilder    = (*slowNode)(nil)
+	_ fs.NodeFsyncer        = (*slowNode)(nil)
+	_ fs.NodeOpendirHandler = (*slowNode)(nil)
+)
+
+// WrapChild makes every node of the tree a slowNode.
+func (n *slowNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if l, ok := ops.(*fs.LoopbackNode); ok {
+		return &slowNode{LoopbackNode: l, delay: n.delay}
+	}
+	return ops
+}
+
+// Fsync is fsync(2) and fdatasync(2) of a file (a node's Fsync is called
+// before its handle's).
+func (n *slowNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if errno := sleep(ctx, n.delay); errno != 0 {
+		return errno
+	}
+	if s, ok := f.(fs.FileFsyncer); ok {
+		return s.Fsync(ctx, flags)
+	}
+	if s, ok := f.(fs.FileFsyncdirer); ok {
+		return s.Fsyncdir(ctx, flags)
+	}
+	return syscall.ENOTSUP
+}
+
+// OpendirHandle wraps the loopback's directory handle so that its Fsyncdir
+// (fsync(2) of a directory: a rename made durable) is slow too.
+func (n *slowNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fuseFlags, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
+	if errno != 0 {
+		return fh, fuseFlags, errno
+	}
+	d, ok := fh.(dirHandle)
+	if !ok {
+		return fh, fuseFlags, errno // not the loopback's: left as it is
+	}
+	return &slowDir{dirHandle: d, delay: n.delay}, fuseFlags, 0
+}
+
+// dirHandle is what the loopback's directory handle does.
+type dirHandle interface {
+	fs.FileReaddirenter
+	fs.FileReleasedirer
+	fs.FileSeekdirer
+	fs.FileFsyncdirer
+}
+
+// slowDir is a directory handle whose Fsyncdir sleeps first.
+type slowDir struct {
+	dirHandle
+	delay time.Duration
+}
+
+func (d *slowDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	if errno := sleep(ctx, d.delay); errno != 0 {
+		return errno
+	}
+	return d.dirHandle.Fsyncdir(ctx, flags)
+}
+
+// sleep waits d, or until the kernel cancels the request (EINTR).
+func sleep(ctx context.Context, d time.Duration) syscall.Errno {
+	if d <= 0 {
+		return 0
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0
+	case <-ctx.Done():
+		return syscall.EINTR
+	}
+}
+
+// mount mounts a loopback of backing on mountpoint whose fsyncs take
+// delay more than the backing file system's. The caller unmounts
+// (Server.Unmount).
+func mount(backing, mountpoint string, delay time.Duration, debug bool) (*fuse.Server, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(backing, &st); err != nil {
+		return nil, fmt.Errorf("stat backing dir %q: %w", backing, err)
+	}
+	lr := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
+	root := &slowNode{LoopbackNode: &fs.LoopbackNode{RootData: lr}, delay: delay}
+	lr.RootNode = root
+	srv, err := fs.Mount(mountpoint, root, &fs.Options{MountOptions: fuse.MountOptions{
+		FsName:      "slowfs:" + backing,
+		Name:        "slowfs",
+		DirectMount: true, // as root, without fusermount (not installed here)
+		Debug:       debug,
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("mount slowfs on %q: %w", mountpoint, err)
+	}
+	return srv, nil
+}
