@@ -10,12 +10,18 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// slowNode is a loopback node whose fsync (of a file, and of a directory
-// without a handle of its own) sleeps delay before the real fsync on the
-// backing file: a state disk on which one fsync takes that long.
+// slowNode is a loopback node whose fsync of a file sleeps delay, and of
+// a directory dirDelay, before the real fsync on the backing file: a state
+// disk on which one fsync takes that long.
+//
+// The kernel's FUSE holds a directory's lock through each FSYNCDIR
+// request (fuse_dir_fsync), so creates and renames in that directory wait
+// for every directory fsync under way: concurrent writers of one directory
+// go one dirDelay at a time (a journaling file system on a slow device
+// batches them into one commit instead). -dir-delay 0 leaves that out.
 type slowNode struct {
 	*fs.LoopbackNode
-	delay time.Duration
+	delay, dirDelay time.Duration
 }
 
 var (
@@ -27,7 +33,7 @@ var (
 // WrapChild makes every node of the tree a slowNode.
 func (n *slowNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
 	if l, ok := ops.(*fs.LoopbackNode); ok {
-		return &slowNode{LoopbackNode: l, delay: n.delay}
+		return &slowNode{LoopbackNode: l, delay: n.delay, dirDelay: n.dirDelay}
 	}
 	return ops
 }
@@ -35,14 +41,14 @@ func (n *slowNode) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEm
 // Fsync is fsync(2) and fdatasync(2) of a file (a node's Fsync is called
 // before its handle's).
 func (n *slowNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	if errno := sleep(ctx, n.delay); errno != 0 {
-		return errno
-	}
 	if s, ok := f.(fs.FileFsyncer); ok {
+		if errno := sleep(ctx, n.delay); errno != 0 {
+			return errno
+		}
 		return s.Fsync(ctx, flags)
 	}
 	if s, ok := f.(fs.FileFsyncdirer); ok {
-		return s.Fsyncdir(ctx, flags)
+		return s.Fsyncdir(ctx, flags) // a slowDir: it sleeps
 	}
 	return syscall.ENOTSUP
 }
@@ -58,7 +64,7 @@ func (n *slowNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHand
 	if !ok {
 		return fh, fuseFlags, errno // not the loopback's: left as it is
 	}
-	return &slowDir{dirHandle: d, delay: n.delay}, fuseFlags, 0
+	return &slowDir{dirHandle: d, delay: n.dirDelay}, fuseFlags, 0
 }
 
 // dirHandle is what the loopback's directory handle does.
@@ -98,15 +104,15 @@ func sleep(ctx context.Context, d time.Duration) syscall.Errno {
 }
 
 // mount mounts a loopback of backing on mountpoint whose fsyncs take
-// delay more than the backing file system's. The caller unmounts
-// (Server.Unmount).
-func mount(backing, mountpoint string, delay time.Duration, debug bool) (*fuse.Server, error) {
+// delay (of a directory: dirDelay) more than the backing file system's.
+// The caller unmounts (Server.Unmount).
+func mount(backing, mountpoint string, delay, dirDelay time.Duration, debug bool) (*fuse.Server, error) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(backing, &st); err != nil {
 		return nil, fmt.Errorf("stat backing dir %q: %w", backing, err)
 	}
 	lr := &fs.LoopbackRoot{Path: backing, Dev: uint64(st.Dev)}
-	root := &slowNode{LoopbackNode: &fs.LoopbackNode{RootData: lr}, delay: delay}
+	root := &slowNode{LoopbackNode: &fs.LoopbackNode{RootData: lr}, delay: delay, dirDelay: dirDelay}
 	lr.RootNode = root
 	srv, err := fs.Mount(mountpoint, root, &fs.Options{MountOptions: fuse.MountOptions{
 		FsName:      "slowfs:" + backing,

@@ -21,7 +21,7 @@ func TestFsyncIsSlow(t *testing.T) {
 	}
 	const delay = 200 * time.Millisecond
 	backing, mnt := t.TempDir(), t.TempDir()
-	srv, err := mount(backing, mnt, delay, false)
+	srv, err := mount(backing, mnt, delay, delay, false)
 	if err != nil {
 		t.Fatal(err)
 	}
