@@ -269,8 +269,10 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, oo
 		stateDir = filepath.Join(o.SlowStateDir, runID+"-"+mode)
 		defer os.RemoveAll(stateDir)
 	}
-	if err := os.MkdirAll(stateDir, 0o750); err != nil {
-		return nil, err
+	for _, d := range []string{dir, stateDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, err
+		}
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, v.mode, stateDir, dom)), 0o600); err != nil {
