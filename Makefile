@@ -26,7 +26,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: deb vm-up vm-down guest-test build test unit kubeletdiff integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: deb vm-up vm-down guest-test build test unit kubeletdiff slowfs integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -57,6 +57,13 @@ unit:
 kubeletdiff:
 	cd tools/kubeletdiff && $(GO) test -count=1 ./...
 
+# tools/slowfs, the FUSE loopback whose fsync is slow (a module of its own
+# too: the product does not import go-fuse). Its test mounts it in a temp
+# dir (skipped without /dev/fuse or root), under a second. Build and use:
+# cd tools/slowfs && go build -o /tmp/slowfs . && /tmp/slowfs -delay 1s BACKING MNT
+slowfs:
+	cd tools/slowfs && $(GO) vet ./... && $(GO) test -count=1 ./...
+
 # Runs every stage even when one fails, always tears the harness down, and
 # exits non-zero if anything failed.
 test:
@@ -65,6 +72,7 @@ test:
 	mkdir -p bin; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) nice -n 10 scripts/vm.sh prebuild >bin/vm-prebuild.log 2>&1 & vmb=$$!; \
 	$(GO) test -race ./... || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
+	$(MAKE) --no-print-directory slowfs || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \

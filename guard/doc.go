@@ -9,7 +9,10 @@
 // record at a time, each with a sequence number, a later write superseding
 // a waiting one; the outcomes come back through the loop's queue (recordWrites). A record whose write
 // failed (full disk) is kept in memory and written again each housekeeping
-// pass: bookkeeping never refuses a pod.
+// pass: bookkeeping never refuses a pod. The writes a CRI call waits for
+// (RunPodSandbox's pending and settled record) have writer slots of their
+// own and never queue behind the others (a run of evictions' records on a
+// slow state disk).
 //
 // A sandbox change is one operation of the owner, start to end, each owned
 // by one function.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -58,31 +59,42 @@ func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout 
 // CRI only) and the node's memory.available at restore.
 func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI, available int64) *realHarness {
 	t.Helper()
+	h := newRealHarnessOn(t, store, rt, Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout}, api, available, testLog())
+	h.store = store
+	return h
+}
+
+// newRealHarnessOn is the real harness on any store (the real checkpoint
+// store: slowdisk_bench_test.go) with the loop's cfg: restored (the
+// runtime's ready sandboxes adopted) and running until tb ends. h.store is
+// left nil; log is the loop's and the evictor's.
+func newRealHarnessOn(tb testing.TB, store Store, rt *fakeRuntime, cfg Config, api *fakeAPI, available int64, log *logrus.Entry) *realHarness {
+	tb.Helper()
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	h := &realHarness{rt: rt, store: store, sampler: &nodeSampler{available: available}}
+	h := &realHarness{rt: rt, sampler: &nodeSampler{available: available}}
 	h.ev, err = evictor.New(evictor.Config{Thresholds: ts, TransitionPeriod: time.Minute, HardGracePeriod: time.Second},
-		evictor.Options{Sampler: h.sampler, Log: testLog()})
+		evictor.Options{Sampler: h.sampler, Log: log})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Log: testLog()}
+	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Log: log}
 	if api != nil {
 		o.API, o.Reporter = api, api
 	}
-	h.loop, err = New(Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout}, o)
+	h.loop, err = New(cfg, o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	if _, err := h.loop.Restore(context.Background()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.loop.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	tb.Cleanup(func() { cancel(); <-done })
 	return h
 }
 
@@ -96,7 +108,7 @@ func (h *realHarness) kinds() (out []evictor.Kind) {
 }
 
 // settled waits until no eviction is under way (the loop owns the flag).
-func (h *realHarness) settled(t *testing.T) {
+func (h *realHarness) settled(t testing.TB) {
 	t.Helper()
 	waitFor(t, func() bool {
 		var busy bool

@@ -43,6 +43,10 @@ type fakeRuntime struct {
 	// container that ignores SIGTERM for its grace period).
 	ctrHang chan struct{}
 	usage   map[string]uint64 // container working sets, by id
+	// onStop, when set before the loop runs, is called (under mu) as each
+	// StopPodSandbox arrives, before anything else (slowdisk_bench_test.go
+	// times the evictions by it).
+	onStop func(id string)
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -190,6 +194,9 @@ func (f *fakeRuntime) StopContainer(ctx context.Context, id string, timeout int6
 
 func (f *fakeRuntime) StopPodSandbox(ctx context.Context, id string) error {
 	f.mu.Lock()
+	if f.onStop != nil {
+		f.onStop(id)
+	}
 	hang := f.stopHang
 	f.mu.Unlock()
 	if hang != nil {

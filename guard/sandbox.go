@@ -128,7 +128,7 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 	// kept in memory and written again (recordWrites); if cri-guard
 	// restarts before that, reconciliation adopts the sandbox containerd
 	// runs.
-	pending := l.save(p)
+	pending := l.saveAwaited(p)
 	l.pods[p.Key()] = p.Clone()
 	l.touch(p.Key())
 	l.publish()
@@ -166,7 +166,7 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
 	cur.SandboxID, cur.State = sandboxID, pod.StateReady
 	l.pods[p.Key()] = cur
 	l.touch(p.Key())
-	done := l.save(cur) // a crash before it is written: start-up reconciliation completes the pending record
+	done := l.saveAwaited(cur) // a crash before it is written: start-up reconciliation completes the pending record
 	l.publish()
 	return done
 }

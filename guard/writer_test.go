@@ -2,7 +2,9 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,9 +23,9 @@ func TestWriterSupersedes(t *testing.T) {
 	rec := func(st pod.State) checkpoint.Record {
 		return checkpoint.Record{Pod: pod.Pod{UID: "u1"}, State: st}
 	}
-	seq1, done1 := w.put(rec(pod.StatePending))
-	_, done2 := w.put(rec(pod.StateReady))
-	seq3, done3 := w.put(rec(pod.StateStopped))
+	seq1, done1 := w.put(rec(pod.StatePending), false)
+	_, done2 := w.put(rec(pod.StateReady), false)
+	seq3, done3 := w.put(rec(pod.StateStopped), false)
 	select {
 	case <-done1:
 		t.Fatal("a write held by the store is done")
@@ -51,6 +53,60 @@ func TestWriterSupersedes(t *testing.T) {
 	}
 	if !slices.Equal(seqs, []uint64{seq1, seq3}) {
 		t.Fatalf("outcomes %v, want %v", seqs, []uint64{seq1, seq3})
+	}
+}
+
+// heldStore holds the Puts of the records whose pod UID starts with
+// "bg" until release is closed (a slow disk busy with them).
+type heldStore struct {
+	*memStore
+	release chan struct{}
+}
+
+func (s heldStore) Put(r checkpoint.Record) error {
+	if strings.HasPrefix(r.Pod.UID, "bg") {
+		<-s.release
+	}
+	return s.memStore.Put(r)
+}
+
+// TestAwaitedWriteSkipsTheQueue: with every writer slot held by slow
+// writes and more queued behind them (a run of evictions on a slow disk),
+// a write a CRI call waits for (RunPodSandbox's record) is done without
+// waiting for them; a background write that supersedes an awaited one
+// waiting behind its key's running write keeps it awaited.
+func TestAwaitedWriteSkipsTheQueue(t *testing.T) {
+	s := heldStore{newMemStore(), make(chan struct{})}
+	w := newWriter(s)
+	rec := func(uid string, st pod.State) checkpoint.Record {
+		return checkpoint.Record{Pod: pod.Pod{UID: uid}, State: st}
+	}
+	for i := range 2 * maxWrites {
+		w.put(rec(fmt.Sprintf("bg%d", i), pod.StateStopped), false)
+	}
+	_, done := w.put(rec("crit", pod.StatePending), true)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the awaited write waits behind the held ones")
+	}
+	// bg0 is running (held): an awaited write of it waits, then a
+	// background write supersedes it and is awaited in its place
+	w.put(rec("bg0", pod.StatePending), true)
+	_, done = w.put(rec("bg0", pod.StateReady), false)
+	w.mu.Lock()
+	awaited := w.keys["bg0/0"].queued.awaited
+	w.mu.Unlock()
+	if !awaited {
+		t.Fatal("the write that superseded an awaited one is not awaited")
+	}
+	close(s.release)
+	<-done
+	if err := w.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := s.get("bg0/0"); !ok || r.State != pod.StateReady {
+		t.Fatalf("bg0's record = %+v (present %v), want the last write", r, ok)
 	}
 }
 

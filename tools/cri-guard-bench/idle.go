@@ -73,7 +73,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 			return err
 		}
 		cfgPath := filepath.Join(dir, "config.yaml")
-		if err := os.WriteFile(cfgPath, []byte(raceConfig(ro, mode, workDir, dom)), 0o600); err != nil {
+		if err := os.WriteFile(cfgPath, []byte(raceConfig(ro, mode, filepath.Join(dir, "state"), dom)), 0o600); err != nil {
 			return err
 		}
 		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath}, o.Binary, nil, dir, log.WithField("mode", mode))

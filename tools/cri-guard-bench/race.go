@@ -45,6 +45,9 @@ type raceOptions struct {
 	RunTimeout      time.Duration
 	GuardLogLevel   string
 	IgnoreSIGTERM   bool
+	// SlowStateDir, when set, races every mode a second time with its
+	// state dir made in this directory (a tools/slowfs mount: issue 23).
+	SlowStateDir string
 }
 
 // raceModes are the cri-guard configurations raced, as config file lines
@@ -84,6 +87,7 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 40*time.Second, "bound of one run")
 	fs.StringVar(&o.GuardLogLevel, "guard-log-level", "info", "cri-guard's --log-level (its log is <work-dir>/<mode>/cri-guard.log)")
 	fs.BoolVar(&o.IgnoreSIGTERM, "runaway-ignores-sigterm", false, "the runaway ignores SIGTERM (memhog -ignore-sigterm): a stop waits for the grace period, and the table's growth after the decision shows what that costs")
+	fs.StringVar(&o.SlowStateDir, "slow-state-dir", "", "race every mode a second time, as <mode>"+slowDiskSuffix+", with cri-guard's state dir made in this directory (a slow disk: tools/slowfs), side by side with the state dir in --work-dir")
 	quick := fs.Bool("quick", false, "rates 25,400,1600 and one run each (a smoke test)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -192,12 +196,16 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 		err = errors.Join(err, cleanup(direct.rt, runID, log), dom.remove())
 	}()
 	log.WithFields(logrus.Fields{"run": runID, "domain": dom.dir, "limit": o.Domain, "threshold": o.Threshold}).Info("race domain created")
-	var runs []raceRun
-	for _, mode := range o.Modes {
-		rs, err := raceMode(ctx, o, mode, dom, ooms, direct.rt, workDir, runID, log.WithField("mode", mode))
+	var (
+		runs   []raceRun
+		labels []string
+	)
+	for _, v := range raceVariants(o) {
+		labels = append(labels, v.label)
+		rs, err := raceMode(ctx, o, v, dom, ooms, direct.rt, workDir, runID, log.WithField("mode", v.label))
 		runs = append(runs, rs...)
 		if err != nil {
-			return fmt.Errorf("mode %s: %w", mode, err)
+			return fmt.Errorf("mode %s: %w", v.label, err)
 		}
 	}
 	term := "exits on SIGTERM"
@@ -206,14 +214,41 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	}
 	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate; it %s\n\n",
 		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom), term)
-	printRace(out, runs, o.Modes)
+	if o.SlowStateDir != "" {
+		fmt.Fprintf(out, "modes %s: cri-guard's state dir in %s (slow disk), the others' in %s\n\n", slowDiskSuffix, o.SlowStateDir, workDir)
+	}
+	printRace(out, runs, labels)
 	return nil
+}
+
+// slowDiskSuffix names a mode raced with its state dir on the slow disk.
+const slowDiskSuffix = "-slowdisk"
+
+// raceVariant is one cri-guard raced: a mode's configuration with its
+// state dir in the work dir or (slow) in --slow-state-dir.
+type raceVariant struct {
+	mode  string // the configuration (raceModes)
+	label string // the mode's name in the table, its pods' and its work dir's
+	slow  bool
+}
+
+// raceVariants are the modes in order, each followed by its slow-disk
+// variant when --slow-state-dir is set.
+func raceVariants(o raceOptions) []raceVariant {
+	var out []raceVariant
+	for _, m := range o.Modes {
+		out = append(out, raceVariant{mode: m, label: m})
+		if o.SlowStateDir != "" {
+			out = append(out, raceVariant{mode: m, label: m + slowDiskSuffix, slow: true})
+		}
+	}
+	return out
 }
 
 func fmtBytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
 
-// raceConfig is the config file of one mode.
-func raceConfig(o raceOptions, mode, workDir string, dom *domain) string {
+// raceConfig is the config file of one mode, with its state dir.
+func raceConfig(o raceOptions, mode, stateDir string, dom *domain) string {
 	return fmt.Sprintf(`podsCgroup: %s
 evictionHard: {memory.available: %q}
 # the next run's pods must be admitted soon after an eviction
@@ -221,18 +256,26 @@ evictionPressureTransitionPeriod: 1s
 stateDir: %s
 metricsAddress: ""
 adminSocket: ""
-`, dom.group, fmtBytes(o.Threshold), filepath.Join(workDir, mode, "state")) + raceModes[mode]
+`, dom.group, fmtBytes(o.Threshold), stateDir) + raceModes[mode]
 }
 
 // raceMode starts cri-guard with the mode's config, creates the bystanders
 // through it and races the runaway at each rate.
-func raceMode(ctx context.Context, o raceOptions, mode string, dom *domain, ooms *oomWatch, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
+func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, ooms *oomWatch, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
+	mode := v.label
 	dir := filepath.Join(workDir, mode)
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
-		return nil, err
+	stateDir := filepath.Join(dir, "state")
+	if v.slow {
+		stateDir = filepath.Join(o.SlowStateDir, runID+"-"+mode)
+		defer os.RemoveAll(stateDir)
+	}
+	for _, d := range []string{dir, stateDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, err
+		}
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, mode, workDir, dom)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, v.mode, stateDir, dom)), 0o600); err != nil {
 		return nil, err
 	}
 	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +80,31 @@ func TestParseRaceFlags(t *testing.T) {
 	}
 	if _, err := parseRaceFlags([]string{"--memhog", "/x", "--modes", "nope"}, &stderr); err == nil {
 		t.Error("unknown mode accepted")
+	}
+}
+
+// TestRaceVariants: --slow-state-dir races each mode twice, side by side,
+// the second with its state dir on the slow disk.
+func TestRaceVariants(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseRaceFlags([]string{"--memhog", "/x", "--modes", "default,kubelet", "--slow-state-dir", "/mnt/slow"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range raceVariants(o) {
+		got = append(got, fmt.Sprintf("%s:%s:%v", v.label, v.mode, v.slow))
+	}
+	want := []string{"default:default:false", "default-slowdisk:default:true", "kubelet:kubelet:false", "kubelet-slowdisk:kubelet:true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("variants %v, want %v", got, want)
+	}
+	o.SlowStateDir = ""
+	if n := len(raceVariants(o)); n != 2 {
+		t.Fatalf("variants without --slow-state-dir: %d, want 2", n)
+	}
+	if c := raceConfig(o, "default", "/mnt/slow/race-1-default-slowdisk", &domain{group: "/g"}); !strings.Contains(c, "stateDir: /mnt/slow/race-1-default-slowdisk\n") {
+		t.Fatalf("config %q does not name the state dir", c)
 	}
 }
 
