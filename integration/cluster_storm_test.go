@@ -167,10 +167,10 @@ func (c *cluster) startAPIGuard(t *testing.T, orig []byte, bin, taintKubeconfig 
 	c.script(t, false, "kill-cri-guard")
 	cmd := exec.Command("bash", clusterScript, "start-cri-guard", "api")
 	if bin != "" {
-		cmd.Env = append(os.Environ(), "CRI_GUARD_BIN="+bin)
+		cmd.Env = append(os.Environ(), "CRI_GUARD_CLUSTER_BIN="+bin)
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cluster.sh start-cri-guard api (CRI_GUARD_BIN=%q): %v\n%s", bin, err, out)
+		t.Fatalf("cluster.sh start-cri-guard api (CRI_GUARD_CLUSTER_BIN=%q): %v\n%s", bin, err, out)
 	}
 	if _, err := c.kubectl("", "taint", "node", clusterNode, "cri-guard.io/memory-pressure-"); err != nil && !strings.Contains(err.Error(), "not found") {
 		t.Fatal(err)
