@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 func TestParseApicostFlags(t *testing.T) {
@@ -82,5 +87,47 @@ func TestParallel(t *testing.T) {
 	})
 	if !errors.Is(err, boom) {
 		t.Fatalf("err %v, want boom", err)
+	}
+}
+
+func TestApicostSetupAndPatch(t *testing.T) {
+	o := apicostOptions{Node: "n", Namespace: "ns", Pods: 20, Rate: 200, Window: time.Second}
+	cs := fake.NewClientset(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "ns"}})
+	log := logrus.NewEntry(logrus.New())
+	log.Logger.SetOutput(io.Discard)
+	ctx := context.Background()
+	if err := apicostSetup(ctx, cs, o, log); err != nil {
+		t.Fatal(err)
+	}
+	if err := apicostSetup(ctx, cs, o, log); err != nil { // what is there is kept
+		t.Fatalf("second setup: %v", err)
+	}
+	pods, err := cs.CoreV1().Pods("ns").List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 20 {
+		t.Fatalf("%d pods, %v; want 20", len(pods.Items), err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "n" || len(p.Spec.Tolerations) != 1 || p.Spec.Tolerations[0].Operator != corev1.TolerationOpExists {
+			t.Fatalf("pod %s: node %q tolerations %+v", p.Name, p.Spec.NodeName, p.Spec.Tolerations)
+		}
+	}
+	seq := 0
+	n, err := patchPods(ctx, cs, o, &seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the ticker's rate over the window, less what a busy machine loses
+	if n < 100 || n > 201 || int(n) != seq {
+		t.Errorf("%d patches (seq %d) in 1 s at 200/s", n, seq)
+	}
+	p, err := cs.CoreV1().Pods("ns").Get(ctx, "apicost-0000", metav1.GetOptions{})
+	if err != nil || p.Annotations["cri-guard-bench/seq"] == "" {
+		t.Errorf("pod 0 annotations %v, %v: want the sequence number", p.Annotations, err)
+	}
+	if err := apicostTeardown(cs, o, log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{}); err == nil {
+		t.Error("node left after the teardown")
 	}
 }
