@@ -89,35 +89,7 @@ func TestClusterTaint(t *testing.T) {
 	c.setAvailable(t, 12<<30)
 
 	// The ServiceAccount of contrib/rbac.yaml.
-	rbac, err := os.ReadFile("../contrib/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.apply(t, string(rbac))
-	var token []byte
-	c.waitFor(t, "the ServiceAccount's token", time.Minute, func() (bool, string) {
-		out, err := c.kubectl("", "-n", "kube-system", "get", "secret", "cri-guard-taint-token", "-o", "jsonpath={.data.token}")
-		if err != nil || out == "" {
-			return false, fmt.Sprint(out, err)
-		}
-		token, err = base64.StdEncoding.DecodeString(strings.TrimSpace(out))
-		return err == nil, fmt.Sprint(err)
-	})
-	server := c.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
-	kc := filepath.Join(c.dir, "cri-guard", "taint.kubeconfig")
-	writeAtomic(t, kc, fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: %q, certificate-authority: %q}
-users:
-- name: cri-guard-taint
-  user: {token: %q}
-contexts:
-- name: c
-  context: {cluster: c, user: cri-guard-taint}
-current-context: c
-`, strings.TrimSpace(server), filepath.Join(c.dir, "pki", "ca.crt"), string(token)))
+	kc := c.taintKubeconfig(t)
 	withTaint(kc)
 	ns := c.namespace(t, "cg-taint")
 
@@ -167,4 +139,41 @@ current-context: c
 	if p, err := c.pod(t, ns, "waiter"); err != nil || p.Status.Phase != "Running" {
 		t.Errorf("waiter %+v, %v: want Running, never Failed", p.Status, err)
 	}
+}
+
+// taintKubeconfig applies contrib/rbac.yaml and returns a kubeconfig (in
+// the cluster's cri-guard directory) for its ServiceAccount, the identity
+// that may patch Nodes.
+func (c *cluster) taintKubeconfig(t *testing.T) string {
+	t.Helper()
+	rbac, err := os.ReadFile("../contrib/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.apply(t, string(rbac))
+	var token []byte
+	c.waitFor(t, "the ServiceAccount's token", time.Minute, func() (bool, string) {
+		out, err := c.kubectl("", "-n", "kube-system", "get", "secret", "cri-guard-taint-token", "-o", "jsonpath={.data.token}")
+		if err != nil || out == "" {
+			return false, fmt.Sprint(out, err)
+		}
+		token, err = base64.StdEncoding.DecodeString(strings.TrimSpace(out))
+		return err == nil, fmt.Sprint(err)
+	})
+	server := c.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	kc := filepath.Join(c.dir, "cri-guard", "taint.kubeconfig")
+	writeAtomic(t, kc, fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: %q, certificate-authority: %q}
+users:
+- name: cri-guard-taint
+  user: {token: %q}
+contexts:
+- name: c
+  context: {cluster: c, user: cri-guard-taint}
+current-context: c
+`, strings.TrimSpace(server), filepath.Join(c.dir, "pki", "ca.crt"), string(token)))
+	return kc
 }

@@ -8,7 +8,8 @@
 #   scripts/cluster.sh down             undo everything `up` did
 #   scripts/cluster.sh status           exit 0 when every component runs and the node is Ready
 #   scripts/cluster.sh kill-cri-guard   SIGKILL cri-guard (the kubelet keeps running)
-#   scripts/cluster.sh start-cri-guard [api]  start cri-guard again on the same state (api: connected to the API server)
+#   scripts/cluster.sh start-cri-guard [api]  start cri-guard again on the same state (api: connected to the API server;
+#                                   CRI_GUARD_CLUSTER_BIN: another cri-guard binary than the one `up` built)
 #   scripts/cluster.sh stop-apiserver / start-apiserver  an API server outage
 #   scripts/cluster.sh restart-kubelet  stop the kubelet and start it again (cri-guard keeps running)
 #
@@ -320,12 +321,16 @@ start_apiserver() {
   wait_for kube-apiserver 120 kube-apiserver kc get --raw /readyz
 }
 
-# start_guard [api]: cri-guard CRI-only, or with the API connection.
+# start_guard [api]: cri-guard CRI-only, or with the API connection; the
+# binary is $CRI_GUARD_CLUSTER_BIN when set (another build, e.g. a baseline to
+# compare with: its file must be named cri-guard, which alive checks), else
+# the one `up` built from this checkout.
 start_guard() {
   alive cri-guard && return 0
-  local cfg=$C/cri-guard/config.yaml
+  local cfg=$C/cri-guard/config.yaml bin=${CRI_GUARD_CLUSTER_BIN:-$C/bin/cri-guard}
   [ "${1:-}" = api ] && cfg=$C/cri-guard/config-api.yaml
-  BIN=$C/bin/cri-guard launch cri-guard --config "$cfg"
+  [ "$(basename "$bin")" = cri-guard ] && [ -x "$bin" ] || die "CRI_GUARD_CLUSTER_BIN=$bin: not an executable named cri-guard"
+  BIN=$bin launch cri-guard --config "$cfg"
   wait_for cri-guard 60 cri-guard guard_ok
 }
 

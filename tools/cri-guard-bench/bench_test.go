@@ -37,8 +37,8 @@ func TestReadProcStatsSelf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps.rssKiB <= 0 {
-		t.Errorf("VmRSS = %d KiB", ps.rssKiB)
+	if ps.rssKiB <= 0 || ps.hwmKiB < ps.rssKiB {
+		t.Errorf("VmRSS = %d KiB, VmHWM = %d KiB", ps.rssKiB, ps.hwmKiB)
 	}
 	if _, err := readProcStats(-1); err == nil {
 		t.Error("no error for a missing pid")

@@ -64,4 +64,18 @@
 //	make build && go build -o /tmp/cri-guard-bench ./tools/cri-guard-bench
 //	/tmp/cri-guard-bench maxprocs --cri-guard-binary bin/cri-guard \
 //	    [--kubeconfig /tmp/cri-guard-cluster/admin.kubeconfig] [--rounds 4 --crossings 25]
+//
+// The apicost subcommand measures cri-guard's API side (issue 24) on a
+// cluster's API server (scripts/cluster.sh up): a Node no kubelet serves,
+// 1000 pods bound to it (no sandboxes), and each --binary in turn, the
+// order alternated per round, run as that node with the given kubeconfig;
+// per run its CPU time over an idle window and over a window of pod
+// patches (--rate per second, one informer update each), VmRSS and VmHWM;
+// then the median per binary of CPU per update (patch window minus idle
+// window, per patch). The node, namespace and pods are deleted at the end:
+//
+//	flock /tmp/cri-guard-harness.lock cri-guard-bench apicost \
+//	    --kubeconfig /tmp/cri-guard-cluster/admin.kubeconfig \
+//	    --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
+//	    --binary base=/tmp/cg-base/bin/cri-guard --binary new=bin/cri-guard
 package main

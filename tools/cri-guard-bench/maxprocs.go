@@ -543,6 +543,7 @@ func crossing(ctx context.Context, o maxprocsOptions, stats *fakeStatsTree, tail
 // errSkewed is a crossing whose moment is not known to a millisecond.
 var errSkewed = errors.New("the crossing sample took over 1ms to put in place")
 
+// sleepCtx sleeps d, or less if ctx ends (maxprocs and apicost).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -115,10 +115,11 @@ func serveCore(ctx context.Context, args []string, log *logrus.Entry) error {
 type procStats struct {
 	cpu    time.Duration // user + system, all threads
 	rssKiB int64
+	hwmKiB int64 // VmHWM: the peak of VmRSS
 }
 
 // readProcStats reads /proc/<pid>/stat (utime, stime in clock ticks, 100 Hz
-// on Linux) and VmRSS from /proc/<pid>/status.
+// on Linux) and VmRSS and VmHWM from /proc/<pid>/status.
 func readProcStats(pid int) (procStats, error) {
 	var ps procStats
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -146,10 +147,12 @@ func readProcStats(pid int) (procStats, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			ps.rssKiB, err = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				return ps, fmt.Errorf("parse VmRSS of pid %d: %w", pid, err)
+		for key, dst := range map[string]*int64{"VmRSS:": &ps.rssKiB, "VmHWM:": &ps.hwmKiB} {
+			if v, ok := strings.CutPrefix(sc.Text(), key); ok {
+				*dst, err = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					return ps, fmt.Errorf("parse %s of pid %d: %w", key, pid, err)
+				}
 			}
 		}
 	}
