@@ -45,15 +45,15 @@ func TestReloadMovesFastPaths(t *testing.T) {
 		{"fastpoll", "kernelMemcgNotification: false\n"},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			removePodsAtCleanup(t, env)
 			group := fmt.Sprintf("%s/reload-%d-%s", podCgroupRoot, os.Getpid(), mode.name)
 			dir := filepath.Join(memRoot, group)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			// after removePodsAtCleanup's (cleanups run last first): the
-			// pods' cgroups are gone when the domain is removed
+			// cleanups run last first: the pods are removed (a runaway
+			// never evicted still runs) before the domain's cgroups
 			t.Cleanup(func() { removeCgroupTree(t, dir) })
+			removePodsAtCleanup(t, env)
 			if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.Itoa(1<<30)), 0); err != nil {
 				t.Fatal(err)
 			}
