@@ -69,20 +69,7 @@ func TestClusterStorm(t *testing.T) {
 	if s := os.Getenv("CRI_GUARD_STORM_VARIANTS"); s != "" {
 		want = strings.Split(s, ",")
 	}
-	cfgPath := filepath.Join(c.dir, "cri-guard", "config-api.yaml")
-	orig, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.setAvailable(t, 12<<30)
-		c.script(t, false, "kill-cri-guard")
-		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
-			t.Error(err)
-		}
-		_, _ = c.kubectl("", "taint", "node", clusterNode, "cri-guard.io/memory-pressure-")
-		c.script(t, false, "start-cri-guard")
-	})
+	_, orig := c.restoreAPIConfigAtCleanup(t)
 	variants := map[string]stormVariant{
 		"base":    {key: "base", name: "today (a09c6bc), no taint", bin: os.Getenv("CRI_GUARD_STORM_BASE")},
 		"notaint": {key: "notaint", name: "new, no taint credentials"},

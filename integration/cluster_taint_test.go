@@ -27,20 +27,7 @@ import (
 //     is gone within one pass, and the waiting pod runs.
 func TestClusterTaint(t *testing.T) {
 	c := needCluster(t)
-	cfgPath := filepath.Join(c.dir, "cri-guard", "config-api.yaml")
-	orig, err := os.ReadFile(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.setAvailable(t, 12<<30)
-		c.script(t, false, "kill-cri-guard")
-		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
-			t.Error(err)
-		}
-		_, _ = c.kubectl("", "taint", "node", clusterNode, "cri-guard.io/memory-pressure-")
-		c.script(t, false, "start-cri-guard")
-	})
+	cfgPath, orig := c.restoreAPIConfigAtCleanup(t)
 	// the config with the taint: the kubernetes line is one flow mapping
 	withTaint := func(kubeconfig string) {
 		t.Helper()

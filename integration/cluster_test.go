@@ -189,6 +189,29 @@ func (c *cluster) guardStatus(t *testing.T) string {
 	return string(out)
 }
 
+// restoreAPIConfigAtCleanup returns the path and content of the cluster's
+// config-api.yaml and, at cleanup, puts them back: calm, cri-guard killed,
+// the file restored, cri-guard's taint removed, cri-guard started again
+// (CRI-only, as cluster.sh up leaves it).
+func (c *cluster) restoreAPIConfigAtCleanup(t *testing.T) (string, []byte) {
+	t.Helper()
+	cfgPath := filepath.Join(c.dir, "cri-guard", "config-api.yaml")
+	orig, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.setAvailable(t, 12<<30)
+		c.script(t, false, "kill-cri-guard")
+		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
+			t.Error(err)
+		}
+		_, _ = c.kubectl("", "taint", "node", clusterNode, "cri-guard.io/memory-pressure-")
+		c.script(t, false, "start-cri-guard")
+	})
+	return cfgPath, orig
+}
+
 // guardLogCountSinceStart counts the lines of the cluster's cri-guard log
 // that carry msg, after the last start's "serving" line (the log is
 // appended to by every start).

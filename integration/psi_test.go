@@ -28,13 +28,7 @@ func TestRealPSIEviction(t *testing.T) {
 		t.Skip("kernel without PSI (/proc/pressure/memory): nothing to trigger on")
 	}
 	removePodsAtCleanup(t, env)
-	hog := filepath.Join(shortTempDir(t), "memhog")
-	build := exec.Command("go", "build", "-o", hog, "./tools/memhog")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build memhog: %v\n%s", err, out)
-	}
+	hog := buildMemhog(t)
 	results := map[string]time.Duration{}
 	for _, mode := range []struct{ name, trigger string }{
 		{"psi-trigger", `"some 100000 2000000"`}, // the default
@@ -169,6 +163,19 @@ func waitCalm(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("memory PSI of %s did not calm down within 90s", p)
+}
+
+// buildMemhog builds tools/memhog (static) into a temporary directory.
+func buildMemhog(t *testing.T) string {
+	t.Helper()
+	hog := filepath.Join(shortTempDir(t), "memhog")
+	build := exec.Command("go", "build", "-o", hog, "./tools/memhog")
+	build.Dir = repoRoot(t)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build memhog: %v\n%s", err, out)
+	}
+	return hog
 }
 
 // repoRoot is the module root (the integration tests run in integration/).

@@ -5,7 +5,6 @@ package integration
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,13 +32,7 @@ func TestReloadMovesFastPaths(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(memRoot, "memory.usage_in_bytes")); err != nil {
 		t.Skip("no v1 memory hierarchy at /sys/fs/cgroup/memory: the pods cgroup cannot be limited here")
 	}
-	hog := filepath.Join(shortTempDir(t), "memhog")
-	build := exec.Command("go", "build", "-o", hog, "./tools/memhog")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build memhog: %v\n%s", err, out)
-	}
+	hog := buildMemhog(t)
 	for _, mode := range []struct{ name, lines string }{
 		{"memcg", "kernelMemcgNotification: true\nfastPoll: {interval: 0s, watch: 0s}\n"},
 		{"fastpoll", "kernelMemcgNotification: false\n"},
