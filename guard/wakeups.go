@@ -142,7 +142,7 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	ns, err := l.cfg.Wakeups.Notifiers(ts)
 	if errors.Is(err, pressure.ErrNoMemcgNotification) {
 		l.wake.noNotification = true
-		log.WithError(err).Info("kernel memcg notification not available on this host: the fast poll and housekeeping watch the pods cgroup")
+		log.WithError(err).Info("kernel memcg notification not available on this host: the memory.events watch, the PSI trigger, the fast poll and housekeeping watch the pods cgroup")
 		return
 	}
 	if err != nil {
