@@ -72,7 +72,7 @@ func testSources(t *testing.T) Sources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Synchronize(testPods()); err != nil {
+	if _, err := m.Synchronize(testPods(), evictor.Wakeup{}); err != nil {
 		t.Fatal(err)
 	}
 	m.Admit(&evictor.Attributes{Pod: &pod.Pod{Name: "refused", QOS: pod.BestEffort}})

@@ -127,10 +127,13 @@ const (
 	DefaultCgroupRoot           = pressure.DefaultCgroupRoot
 	DefaultProcRoot             = pressure.DefaultProcRoot
 	DefaultHousekeepingInterval = 10 * time.Second
-	DefaultPSITrigger           = "some 100000 2000000"
-	DefaultMetricsAddress       = "127.0.0.1:9713"
-	DefaultAdminSocket          = "/run/cri-guard/admin.sock"
-	DefaultTaintEffect          = "NoSchedule"
+	// DefaultPSITrigger is a 1 s window: the kernel takes it from a process
+	// with CAP_SYS_RESOURCE (root under systemd); without it the loop arms
+	// "some 100000 2000000" instead (pressure.WidenTriggerSpec).
+	DefaultPSITrigger     = "some 50000 1000000"
+	DefaultMetricsAddress = "127.0.0.1:9713"
+	DefaultAdminSocket    = "/run/cri-guard/admin.sock"
+	DefaultTaintEffect    = "NoSchedule"
 	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
 	// stands for a zero in the file (v1beta1 SetDefaults_KubeletConfiguration:
 	// a zero EvictionPressureTransitionPeriod becomes 5m).

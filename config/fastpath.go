@@ -9,13 +9,18 @@ import (
 
 // FastPoll configures the sync loop's fast poll near a threshold (issue 16):
 // while a memory signal is within Margin of a threshold (or one is met) the
-// loop evaluates every Interval; otherwise it samples the node every Watch
-// to notice the approach. Interval "0s" disables it.
+// loop evaluates every Interval; otherwise it samples the node (the watch)
+// to notice the approach, at most every Watch and spaced by the distance
+// to the near band over MaxRate (issue 22), not for a signal a kernel
+// notification watches. Interval "0s" disables it.
 type FastPoll struct {
 	Interval Duration `json:"interval"`
 	Watch    Duration `json:"watch"`
 	// Margin is a quantity ("256Mi").
 	Margin string `json:"margin"`
+	// MaxRate is a quantity per second ("2Gi"): the fastest growth the
+	// watch is spaced for; "0": every Watch.
+	MaxRate string `json:"maxRate"`
 }
 
 // The fast path defaults: on, cheap enough to leave on (README, "Racing the
@@ -25,19 +30,28 @@ const (
 	DefaultFastPollInterval        = 10 * time.Millisecond
 	DefaultFastPollWatch           = 200 * time.Millisecond
 	DefaultFastPollMargin          = "256Mi"
+	// DefaultFastPollMaxRate is above the fastest first touch of fresh
+	// memory measured on the machines of the race (1.6 GB/s).
+	DefaultFastPollMaxRate = "2Gi"
 )
 
 // DefaultFastPoll is the default fast poll.
 func DefaultFastPoll() FastPoll {
-	return FastPoll{Interval: Duration{DefaultFastPollInterval}, Watch: Duration{DefaultFastPollWatch}, Margin: DefaultFastPollMargin}
+	return FastPoll{Interval: Duration{DefaultFastPollInterval}, Watch: Duration{DefaultFastPollWatch}, Margin: DefaultFastPollMargin, MaxRate: DefaultFastPollMaxRate}
 }
 
+// MaxRateBytes is the max rate in bytes per second; Validate has checked it.
+func (f FastPoll) MaxRateBytes() int64 { return quantityBytes(f.MaxRate) }
+
 // MarginBytes is the margin in bytes; Validate has checked it.
-func (f FastPoll) MarginBytes() int64 {
-	if f.Margin == "" {
+func (f FastPoll) MarginBytes() int64 { return quantityBytes(f.Margin) }
+
+// quantityBytes is a quantity's value, 0 when empty or invalid.
+func quantityBytes(s string) int64 {
+	if s == "" {
 		return 0
 	}
-	q, err := resource.ParseQuantity(f.Margin)
+	q, err := resource.ParseQuantity(s)
 	if err != nil {
 		return 0
 	}
@@ -57,6 +71,11 @@ func (c Config) validateFastPath() []error {
 	if f.Margin != "" {
 		if q, err := resource.ParseQuantity(f.Margin); err != nil || q.Sign() < 0 {
 			errs = append(errs, fmt.Errorf("fastPoll.margin: want a non-negative quantity such as 256Mi, got %q", f.Margin))
+		}
+	}
+	if f.MaxRate != "" {
+		if q, err := resource.ParseQuantity(f.MaxRate); err != nil || q.Sign() < 0 {
+			errs = append(errs, fmt.Errorf("fastPoll.maxRate: want a non-negative quantity per second such as 2Gi, got %q", f.MaxRate))
 		}
 	}
 	return errs

@@ -33,6 +33,26 @@ type Eviction struct {
 	// stopped with its own terminationGracePeriodSeconds, Grace when that
 	// is not known.
 	Restored bool
+	// Wakeup is what woke the pass that chose the pod.
+	Wakeup Wakeup
+}
+
+// Wakeup says what woke the sync loop's pass that chose an eviction
+// (logged with it, in its decision): Source is the pass's cause (tick,
+// trigger, notification, memory-events, follow-up, fast-poll), ArmedBy,
+// for a fast-poll pass, what first found memory near a threshold and
+// started the fast poll (watch: a watch sample).
+type Wakeup struct {
+	Source  string
+	ArmedBy string
+}
+
+// String is "fast-poll (armed by watch)", "trigger", or "" when unknown.
+func (w Wakeup) String() string {
+	if w.ArmedBy != "" {
+		return w.Source + " (armed by " + w.ArmedBy + ")"
+	}
+	return w.Source
 }
 
 // DefaultTerminationGracePeriod is the API's default
@@ -80,7 +100,7 @@ func (e *Eviction) PodGrace(tgps time.Duration, known bool) time.Duration {
 // pressure lasts.
 func (m *Manager) Evicted(e *Eviction) {
 	m.evicted[e.Pod.UID] = evictedPod{pod: e.Pod, message: e.Message, at: m.now()}
-	m.decide(Decision{Time: m.now(), Kind: KindEvict, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message})
+	m.decide(Decision{Time: m.now(), Kind: KindEvict, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message, Wakeup: e.Wakeup.String()})
 	m.publish(nil)
 }
 
@@ -101,8 +121,15 @@ func (m *Manager) GraceCut(e *Eviction, observed string) {
 
 func evictionFields(e *Eviction) logrus.Fields {
 	p := e.Pod
-	return logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID,
+	f := logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID,
 		"pod_sandbox_id": p.SandboxID, "qos": p.QOS, "signal": e.Signal}
+	if e.Wakeup.Source != "" {
+		f["wakeup"] = e.Wakeup.Source
+	}
+	if e.Wakeup.ArmedBy != "" {
+		f["armed_by"] = e.Wakeup.ArmedBy
+	}
+	return f
 }
 
 func (m *Manager) logCandidates(ranked []Candidate, met pressure.Met) {

@@ -264,8 +264,8 @@ func (m *Manager) Admit(a *Attributes) Result {
 // active pods and, when a threshold acts, choose the best-ranked evictable
 // pod. It returns that choice (nil when nothing is to be stopped, and in
 // dry run, where the choice is only logged and recorded); it stops nothing
-// itself.
-func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
+// itself. w, what woke the pass, is logged and recorded with the choice.
+func (m *Manager) Synchronize(active []*pod.Pod, w Wakeup) (*Eviction, error) {
 	m.observe()
 	if m.statsErr != nil {
 		m.publish(nil)
@@ -292,7 +292,7 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	}
 	m.unable = false
 	m.logCandidates(ranked, met)
-	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Hard: met.Threshold.Hard, Signal: met.Threshold.Signal, Message: evictionMessage(met)}
+	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Hard: met.Threshold.Hard, Signal: met.Threshold.Signal, Message: evictionMessage(met), Wakeup: w}
 	if e.Hard {
 		e.Grace = m.cfg.HardGracePeriod
 	}
@@ -300,7 +300,7 @@ func (m *Manager) Synchronize(active []*pod.Pod) (*Eviction, error) {
 	fields["threshold"], fields["observed"] = met.Threshold.String(), met.Observed.String()
 	if m.cfg.DryRun {
 		m.log.WithFields(fields).Warn("dry run: would evict pod")
-		m.decide(Decision{Time: now, Kind: KindDryRun, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message})
+		m.decide(Decision{Time: now, Kind: KindDryRun, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message, Wakeup: w.String()})
 		return nil, nil
 	}
 	m.log.WithFields(fields).Warn("evicting pod")

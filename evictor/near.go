@@ -53,6 +53,35 @@ func (e Evaluation) NearThreshold(margin int64) bool {
 	return false
 }
 
+// Headroom is how far, in bytes, the memory signals are from the fast
+// poll's near band: the least of available − threshold − margin over the
+// thresholds on memory signals that covered does not exclude (a kernel
+// notification already wakes the loop at their near level), floored at 0.
+// ok is false when no such threshold has an observation. The sync loop
+// spaces its watch samples by it: a runaway growing at the fastest rate it
+// assumes cannot cross the band between two of them.
+func (e Evaluation) Headroom(margin int64, covered func(pressure.Signal) bool) (headroom int64, ok bool) {
+	for _, t := range e.Thresholds {
+		if t.Signal.IsPSI() || (covered != nil && covered(t.Signal)) {
+			continue
+		}
+		o, found := e.Observations[t.Signal]
+		if !found {
+			continue
+		}
+		lim, found := t.Limit(o)
+		if !found {
+			continue
+		}
+		h := max(o.Available-int64(lim)-margin, 0)
+		if !ok || h < headroom {
+			headroom = h
+		}
+		ok = true
+	}
+	return headroom, ok
+}
+
 // MemoryThresholdMet reports whether a threshold on a memory signal
 // (memory.available, allocatableMemory.available) acts: an observation of
 // now, unlike a PSI average, which still holds a stall for seconds after

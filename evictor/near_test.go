@@ -40,3 +40,25 @@ func TestEvaluation(t *testing.T) {
 		})
 	}
 }
+
+// TestEvaluationHeadroom: the distance to the near band that spaces the
+// sync loop's watch samples, without the signals a kernel notification
+// covers.
+func TestEvaluationHeadroom(t *testing.T) {
+	s := &fakeSampler{}
+	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "400Mi"}})}, s, nil, newClock())
+	if _, ok := m.Evaluation().Headroom(100*mi, nil); ok {
+		t.Fatal("headroom before any sample")
+	}
+	for _, c := range []struct{ available, want int64 }{{900 * mi, 400 * mi}, {450 * mi, 0}, {300 * mi, 0}} {
+		s.available(c.available)
+		m.Observe()
+		if got, ok := m.Evaluation().Headroom(100*mi, nil); !ok || got != c.want {
+			t.Errorf("available %d Mi: headroom %d Mi (%v), want %d Mi", c.available/mi, got/mi, ok, c.want/mi)
+		}
+	}
+	covered := func(s pressure.Signal) bool { return s == pressure.SignalMemoryAvailable }
+	if h, ok := m.Evaluation().Headroom(100*mi, covered); ok {
+		t.Errorf("every threshold covered: headroom %d, want none", h)
+	}
+}

@@ -49,6 +49,9 @@ type Decision struct {
 	Signal   string    `json:"signal,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	Message  string    `json:"message,omitempty"`
+	// Wakeup is what woke the pass that chose an eviction
+	// (Wakeup.String: "fast-poll (armed by watch)").
+	Wakeup string `json:"wakeup,omitempty"`
 }
 
 // maxDecisions is how many recent decisions Status keeps.

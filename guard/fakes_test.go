@@ -347,14 +347,14 @@ func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (a
 
 func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 
-func (e *ruleEvictor) Synchronize(active []*pod.Pod) (*evictor.Eviction, error) {
+func (e *ruleEvictor) Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error) {
 	e.syncs++
 	if !e.pressure.Load() {
 		return nil, nil
 	}
 	for _, p := range active {
 		if p.Evictable {
-			return &evictor.Eviction{Pod: p, Grace: time.Second, Signal: "memory.available"}, nil
+			return &evictor.Eviction{Pod: p, Grace: time.Second, Signal: "memory.available", Wakeup: w}, nil
 		}
 	}
 	return nil, nil

@@ -30,9 +30,9 @@ func (e *nearEvictor) Evaluation() evictor.Evaluation {
 	return evictor.Evaluation{Met: []pressure.Met{{}}}
 }
 
-func (e *nearEvictor) Synchronize(active []*pod.Pod) (*evictor.Eviction, error) {
+func (e *nearEvictor) Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error) {
 	e.passes.Add(1)
-	return e.ruleEvictor.Synchronize(active)
+	return e.ruleEvictor.Synchronize(active, w)
 }
 
 func TestFastPoll(t *testing.T) {
@@ -66,7 +66,7 @@ func TestFastPoll(t *testing.T) {
 }
 
 func TestFastPollOff(t *testing.T) {
-	if newFastPoller(FastPoll{}, &nearEvictor{}) != nil {
+	if newFastPoller(FastPoll{}, &nearEvictor{}, nil, time.Hour) != nil {
 		t.Error("a zero interval must disable the fast poll")
 	}
 }

@@ -37,17 +37,21 @@ func (l *Loop) syncOnce(ctx context.Context) error {
 type pass int
 
 const (
-	passTick     pass = iota // the housekeeping interval
-	passManual               // syncOnce
-	passTrigger              // a PSI trigger (Trigger)
-	passNotify               // a kernel memory notification (Wakeups.Notifiers)
-	passFollowUp             // one of the quick passes after a trigger
-	passFastPoll             // the fast poll near a threshold
-	passRefused              // the next restored pod refused at start-up is due
+	passTick         pass = iota // the housekeeping interval
+	passManual                   // syncOnce
+	passTrigger                  // a PSI trigger (Trigger)
+	passNotify                   // a kernel memory notification (Wakeups.Notifiers)
+	passFollowUp                 // one of the quick passes after a trigger
+	passFastPoll                 // the fast poll near a threshold
+	passRefused                  // the next restored pod refused at start-up is due
+	passMemoryEvents             // the pods cgroup's memory.events changed (Wakeups.MemoryEvents)
+	// passWatch is a watch sample of the fast poll far from every
+	// threshold: a node sample alone, no pass; counted as a wake-up.
+	passWatch
 )
 
 func (p pass) String() string {
-	return [...]string{"tick", "manual", "trigger", "notification", "follow-up", "fast-poll", "restored-refused"}[p]
+	return [...]string{"tick", "manual", "trigger", "notification", "follow-up", "fast-poll", "restored-refused", "memory-events", "watch"}[p]
 }
 
 // quick passes come many times a second while memory is short: they list
@@ -63,6 +67,7 @@ func (p pass) spaced() bool { return p != passTick && p != passManual }
 // housekeeping starts a listing of the runtime's sandboxes (off the loop;
 // applied when it comes back), then lets the evictor act.
 func (l *Loop) housekeeping(ctx context.Context, why pass) {
+	l.wakeCounts[why].Add(1)
 	if l.wdog != nil {
 		defer l.wdog()
 	}
@@ -108,7 +113,7 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		}
 	}
 	l.applyAPI()
-	e, err := l.ev.Synchronize(l.active())
+	e, err := l.ev.Synchronize(l.active(), l.wakeupOf(why))
 	if err != nil {
 		// said once as a warning (the evictor's stats error is in status
 		// and metrics meanwhile), then at debug while it lasts

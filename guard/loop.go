@@ -41,7 +41,9 @@ type Store interface {
 type Evictor interface {
 	Admit(a *evictor.Attributes) evictor.Result
 	Observe()
-	Synchronize(active []*pod.Pod) (*evictor.Eviction, error)
+	// Synchronize is one eviction pass; w (what woke it) goes with the
+	// eviction it chooses.
+	Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error)
 	Evicted(e *evictor.Eviction)
 	EvictionFailed(e *evictor.Eviction, err error)
 	// MarkEvicted restores the re-admission guard of a pod evicted before
@@ -127,7 +129,11 @@ type Loop struct {
 	updates chan func()
 	trigger chan struct{}  // a PSI trigger fired
 	notify  chan struct{}  // a kernel memory notification fired
+	events  chan struct{}  // the pods cgroup's memory.events changed
 	wakeWG  sync.WaitGroup // the wake-ups' goroutines
+	// wakeCounts count the passes by what woke them, and the watch samples
+	// (Wakeups: cri_guard_wakeups_total).
+	wakeCounts [passWatch + 1]atomic.Uint64
 
 	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
@@ -147,6 +153,7 @@ type Loop struct {
 	gen         uint64              // the generation of the last outcome recorded (touch)
 	changed     map[string]uint64   // pod keys: the generation of the last outcome recorded of their sandbox
 	wake        wakeups             // the running wake-ups
+	fp          *fastPoller         // the fast poll while Run runs; nil when off
 	closeOnce   sync.Once
 	done        chan struct{}
 
@@ -180,6 +187,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		updates: make(chan func()),
 		trigger: make(chan struct{}, 1),
 		notify:  make(chan struct{}, 1),
+		events:  make(chan struct{}, 1),
 		w:       newWriter(o.Store),
 		pods:    map[string]*pod.Pod{},
 		writing: map[string]uint64{},
@@ -265,9 +273,10 @@ func (l *Loop) Run(ctx context.Context) error {
 	burst.Stop()
 	defer burst.Stop()
 	burstLeft := 0
-	fp := newFastPoller(l.cfg.FastPoll, l.ev)
+	fp := newFastPoller(l.cfg.FastPoll, l.ev, l.nearCovered, l.cfg.HousekeepingInterval)
+	l.fp = fp
 	defer fp.stop()
-	fp.schedule()
+	fp.schedule(passManual)
 	refused := time.NewTimer(time.Hour)
 	defer refused.Stop()
 	for {
@@ -281,26 +290,30 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.recordWrites()
 		case <-tick.C:
 			l.housekeeping(ctx, passTick)
-			fp.schedule()
+			fp.schedule(passTick)
 		case <-l.trigger:
 			l.housekeeping(ctx, passTrigger)
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
-			fp.schedule()
+			fp.schedule(passTrigger)
 		case <-l.notify:
 			// a memory threshold's level was crossed: no PSI follow-ups
 			// (the fast poll takes over near a threshold)
 			l.housekeeping(ctx, passNotify)
-			fp.schedule()
+			fp.schedule(passNotify)
+		case <-l.events:
+			// the pods cgroup met memory.high or memory.max, or an OOM
+			l.housekeeping(ctx, passMemoryEvents)
+			fp.schedule(passMemoryEvents)
 		case <-burst.C:
 			l.housekeeping(ctx, passFollowUp)
 			if burstLeft--; burstLeft > 0 {
 				burst.Reset(psiFollowUpInterval)
 			}
-			fp.schedule()
+			fp.schedule(passFollowUp)
 		case <-fp.c():
 			l.fastPass(ctx, fp)
-			fp.schedule()
+			fp.schedule(passFastPoll)
 		case <-refused.C:
 			l.housekeeping(ctx, passRefused)
 		}

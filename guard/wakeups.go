@@ -7,6 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
@@ -14,7 +15,10 @@ import (
 // housekeeping tick. The loop owns them all, with the follow-ups and the
 // fast poll (fastpath.go): it arms them when it starts, re-arms the kernel
 // memory notifications when a reload changes the thresholds (their levels
-// derive from the thresholds), and stops them when it ends.
+// derive from the thresholds), and stops them when it ends. Which exist
+// depends on the host: v1 has the memcg notifications (at each threshold
+// and at its near level), v2 the memory.events watch; both the PSI
+// trigger, with a sub-second window where the kernel takes one.
 type Wakeups struct {
 	// PSITrigger is the PSI trigger ("some 100000 1000000"); empty: none.
 	PSITrigger string
@@ -24,20 +28,34 @@ type Wakeups struct {
 	// triggerRecheck.
 	TriggerFile func() string
 	// Notifiers returns the kernel memory notifications for thresholds
-	// (pressure.Sampler.MemcgNotifiers, v1 memcg usage thresholds); nil:
-	// none. It is called when the loop starts and after every reload that
-	// changes the thresholds; pressure.ErrNoMemcgNotification says the host
-	// has none.
+	// (pressure.Sampler.MemcgNotifiers, v1 memcg usage thresholds, at
+	// each threshold and at its near level); nil: none. It is called when
+	// the loop starts and after every reload that changes the thresholds;
+	// pressure.ErrNoMemcgNotification says the host has none.
 	Notifiers func(ts []pressure.Threshold) ([]Notifier, error)
+	// MemoryEvents watches the pods cgroup's memory.events (cgroup v2:
+	// pressure.MemoryEventsWatcher); nil: none.
+	MemoryEvents Watcher
 	// Thresholds are the eviction thresholds at start-up.
 	Thresholds []pressure.Threshold
 }
 
-// Notifier is one kernel memory notification (pressure.MemcgNotifier).
-type Notifier interface {
-	// Run calls fire at each crossing until ctx ends (nil) or it fails.
+// Watcher is a kernel wake-up: Run calls fire each time the kernel says so
+// until ctx ends (nil) or it fails.
+type Watcher interface {
 	Run(ctx context.Context, fire func()) error
 	String() string
+}
+
+// Notifier is one kernel memory notification (pressure.MemcgNotifier).
+type Notifier interface {
+	Watcher
+	// Signal is the signal whose threshold it watches.
+	Signal() pressure.Signal
+	// Near reports whether it fires at the near level (the fast poll's
+	// margin before the threshold) rather than at the threshold: then the
+	// fast poll's watch need not sample for that signal.
+	Near() bool
 }
 
 // triggerRecheck is how often the PSI trigger looks whether its file changed.
@@ -48,6 +66,37 @@ type wakeups struct {
 	ctx            context.Context    // ends when the loop's Run returns
 	stopNotifiers  context.CancelFunc // ends the notifiers armed last
 	noNotification bool               // the host has none: said once
+	// covered are the signals whose near level a running notifier of the
+	// last arming (gen) watches.
+	covered map[pressure.Signal]bool
+	gen     uint64
+}
+
+// nearCovered reports whether a kernel notification watches the near
+// level of the signal's thresholds (loop goroutine).
+func (l *Loop) nearCovered(s pressure.Signal) bool { return l.wake.covered[s] }
+
+// wakeupOf is what woke a pass that way, for its eviction (loop goroutine).
+func (l *Loop) wakeupOf(why pass) evictor.Wakeup {
+	w := evictor.Wakeup{Source: why.String()}
+	if why == passFastPoll {
+		w.ArmedBy = l.fp.armedByNow()
+	}
+	return w
+}
+
+// Wakeups returns how many passes each wake-up started, and how many watch
+// samples the fast poll took (cri_guard_wakeups_total), by source: tick,
+// trigger, notification, memory-events, follow-up, fast-poll, watch,
+// restored-refused. Safe from any goroutine.
+func (l *Loop) Wakeups() map[string]uint64 {
+	out := map[string]uint64{}
+	for p := range l.wakeCounts {
+		if pass(p) != passManual {
+			out[pass(p).String()] = l.wakeCounts[p].Load()
+		}
+	}
+	return out
 }
 
 // startWakeups arms the PSI trigger and the notifiers for the start-up
@@ -59,6 +108,22 @@ func (l *Loop) startWakeups(ctx context.Context) {
 		log := l.log.WithField("component", "psi")
 		l.wakeWG.Go(func() { runTrigger(ctx, w.TriggerFile, w.PSITrigger, l.Trigger, log) })
 	}
+	if w.MemoryEvents != nil {
+		log := l.log.WithField("component", "memory-events")
+		log.WithField("watch", w.MemoryEvents.String()).Info("memory.events watch armed")
+		l.wakeWG.Go(func() {
+			err := w.MemoryEvents.Run(ctx, func() {
+				log.Debug("memory.events changed")
+				select {
+				case l.events <- struct{}{}:
+				default:
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				log.WithError(err).Warn("memory.events watch stopped: the fast poll, the PSI trigger and housekeeping watch")
+			}
+		})
+	}
 	l.armNotifiers(w.Thresholds)
 }
 
@@ -68,6 +133,8 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 		l.wake.stopNotifiers()
 		l.wake.stopNotifiers = nil
 	}
+	l.wake.gen++
+	l.wake.covered = nil
 	if l.cfg.Wakeups.Notifiers == nil || l.wake.ctx == nil || l.wake.noNotification {
 		return
 	}
@@ -75,7 +142,7 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	ns, err := l.cfg.Wakeups.Notifiers(ts)
 	if errors.Is(err, pressure.ErrNoMemcgNotification) {
 		l.wake.noNotification = true
-		log.WithError(err).Info("kernel memcg notification not available on this host: the fast poll and housekeeping watch the pods cgroup")
+		log.WithError(err).Info("kernel memcg notification not available on this host: the memory.events watch, the PSI trigger, the fast poll and housekeeping watch the pods cgroup")
 		return
 	}
 	if err != nil {
@@ -84,8 +151,15 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	}
 	ctx, cancel := context.WithCancel(l.wake.ctx)
 	l.wake.stopNotifiers = cancel
+	gen := l.wake.gen
 	for _, n := range ns {
 		log.WithField("notifier", n.String()).Info("kernel memcg notification armed")
+		if n.Near() {
+			if l.wake.covered == nil {
+				l.wake.covered = map[pressure.Signal]bool{}
+			}
+			l.wake.covered[n.Signal()] = true
+		}
 		l.wakeWG.Go(func() {
 			err := n.Run(ctx, func() {
 				log.Debug("kernel memcg notification fired")
@@ -93,8 +167,26 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 			})
 			if err != nil && ctx.Err() == nil {
 				log.WithError(err).WithField("notifier", n.String()).Warn("kernel memcg notification stopped: only the fast poll and housekeeping watch")
+				if n.Near() {
+					// the fast poll's watch samples for the signal again
+					l.postUnless(ctx, func() {
+						if l.wake.gen == gen {
+							delete(l.wake.covered, n.Signal())
+						}
+					})
+				}
 			}
 		})
+	}
+}
+
+// postUnless runs f on the loop like post, unless ctx ends first (a
+// wake-up's goroutine while the loop stops: Run waits for them).
+func (l *Loop) postUnless(ctx context.Context, f func()) {
+	select {
+	case l.updates <- f:
+	case <-ctx.Done():
+	case <-l.done:
 	}
 }
 
@@ -133,8 +225,13 @@ func runTrigger(ctx context.Context, file func() string, spec string, fire func(
 				}
 			}
 		}()
-		retry := runTriggerOn(tctx, path, spec, fire, log)
+		retry, wider := runTriggerOn(tctx, path, spec, fire, log)
 		cancel()
+		if wider != "" {
+			log.WithFields(logrus.Fields{"trigger": spec, "armed": wider}).Info("psi trigger: the kernel takes windows under 2s only from a process with CAP_SYS_RESOURCE: armed with the window widened")
+			spec = wider
+			continue
+		}
 		select {
 		case <-moved:
 			log.WithField("trigger_file", file()).Info("psi trigger file changed: re-arming")
@@ -152,16 +249,17 @@ func runTrigger(ctx context.Context, file func() string, spec string, fire func(
 }
 
 // runTriggerOn runs one trigger on path until ctx ends or it fails; it
-// reports whether arming again may help.
-func runTriggerOn(ctx context.Context, path, spec string, fire func(), log *logrus.Entry) bool {
+// reports whether arming again may help, and the spec to arm instead when
+// the kernel refused a sub-2s window (no CAP_SYS_RESOURCE).
+func runTriggerOn(ctx context.Context, path, spec string, fire func(), log *logrus.Entry) (retry bool, wider string) {
 	tr, err := pressure.NewTrigger(path, spec)
 	if err != nil {
 		if errors.Is(err, pressure.ErrNotPressureFile) {
 			log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
-			return false
+			return false, ""
 		}
 		log.WithError(err).Error("psi trigger disabled")
-		return false
+		return false, ""
 	}
 	log.WithField("trigger", tr.String()).Info("psi trigger armed")
 	err = tr.Run(ctx, func() {
@@ -170,15 +268,18 @@ func runTriggerOn(ctx context.Context, path, spec string, fire func(), log *logr
 	})
 	switch {
 	case err == nil:
-		return false
+		return false, ""
 	case errors.Is(err, pressure.ErrNotPressureFile):
 		log.WithError(err).Warn("psi trigger disabled: not a kernel pressure file, only housekeeping polls")
-		return false
+		return false, ""
 	case errors.Is(err, pressure.ErrTriggerRejected):
+		if w, ok := pressure.WidenTriggerSpec(spec); ok {
+			return false, w
+		}
 		log.WithError(err).Error("psi trigger rejected by the kernel: only housekeeping polls (use a window that is a multiple of 2s)")
-		return false
+		return false, ""
 	default:
 		log.WithError(err).Warn("psi trigger stopped: re-armed when its file is back, housekeeping polls meanwhile")
-		return true
+		return true, ""
 	}
 }

@@ -14,11 +14,16 @@ import (
 // and fires when the test says.
 type fakeNotifier struct {
 	level string
+	near  bool
 	fire  chan struct{}
 	done  chan struct{} // closed when Run returned
 }
 
 func (n *fakeNotifier) String() string { return n.level }
+
+func (n *fakeNotifier) Signal() pressure.Signal { return pressure.SignalAllocatableMemoryAvailable }
+
+func (n *fakeNotifier) Near() bool { return n.near }
 
 func (n *fakeNotifier) Run(ctx context.Context, fire func()) error {
 	defer close(n.done)
@@ -34,6 +39,7 @@ func (n *fakeNotifier) Run(ctx context.Context, fire func()) error {
 
 // notifierFactory records every arming, one fakeNotifier per threshold.
 type notifierFactory struct {
+	near  bool // the notifiers fire at the near level
 	mu    sync.Mutex
 	armed []*fakeNotifier
 }
@@ -43,7 +49,7 @@ func (f *notifierFactory) notifiers(ts []pressure.Threshold) ([]Notifier, error)
 	defer f.mu.Unlock()
 	var out []Notifier
 	for _, t := range ts {
-		n := &fakeNotifier{level: t.String(), fire: make(chan struct{}), done: make(chan struct{})}
+		n := &fakeNotifier{level: t.String(), near: f.near, fire: make(chan struct{}), done: make(chan struct{})}
 		f.armed = append(f.armed, n)
 		out = append(out, n)
 	}

@@ -20,6 +20,9 @@ type StateSource struct {
 	// Degraded reports whether cri-guard serves without a finished restore
 	// (guard.Loop.Degraded() != nil); nil omits cri_guard_restore_degraded.
 	Degraded func() bool
+	// Wakeups are the sync loop's passes by what woke them, and its watch
+	// samples (guard.Loop.Wakeups); nil omits cri_guard_wakeups_total.
+	Wakeups func() map[string]uint64
 }
 
 // Collector turns the latest eviction-manager snapshot (its observations
@@ -35,6 +38,7 @@ type Collector struct {
 	sampledAt  *prometheus.Desc
 	statsError *prometheus.Desc
 	degraded   *prometheus.Desc
+	wakeups    *prometheus.Desc
 }
 
 // conditions are always exported, 0 when absent.
@@ -61,12 +65,15 @@ func NewCollector(src StateSource) *Collector {
 			"1 when the last pressure sample could not be read.", nil, nil),
 		degraded: prometheus.NewDesc(Namespace+"_restore_degraded",
 			"1 while cri-guard serves without a finished restore of its checkpoints (retried).", nil, nil),
+		wakeups: prometheus.NewDesc(Namespace+"_wakeups_total",
+			"Sync loop passes by what woke them (tick, trigger, notification, memory-events, follow-up, fast-poll, restored-refused) and the fast poll's watch samples (watch).",
+			[]string{"source"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded} {
+	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded, c.wakeups} {
 		ch <- d
 	}
 }
@@ -107,6 +114,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.statsError, prometheus.GaugeValue, boolValue(st.StatsError != ""))
 	if c.src.Degraded != nil {
 		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, boolValue(c.src.Degraded()))
+	}
+	if c.src.Wakeups != nil {
+		for source, n := range c.src.Wakeups() {
+			ch <- prometheus.MustNewConstMetric(c.wakeups, prometheus.CounterValue, float64(n), source)
+		}
 	}
 }
 

@@ -222,3 +222,17 @@ func BenchmarkObserve(b *testing.B) {
 		m.Observe(versionMethod, time.Millisecond, nil)
 	}
 }
+
+// TestCollectorWakeups: the sync loop's wake-ups as counters by source.
+func TestCollectorWakeups(t *testing.T) {
+	counts := map[string]uint64{"tick": 3, "watch": 0, "memory-events": 2}
+	c := NewCollector(StateSource{Snapshot: func() evictor.Status { return evictor.Status{} }, Wakeups: func() map[string]uint64 { return counts }})
+	want := `
+# HELP cri_guard_wakeups_total Sync loop passes by what woke them (tick, trigger, notification, memory-events, follow-up, fast-poll, restored-refused) and the fast poll's watch samples (watch).
+# TYPE cri_guard_wakeups_total counter
+cri_guard_wakeups_total{source="memory-events"} 2
+cri_guard_wakeups_total{source="tick"} 3
+cri_guard_wakeups_total{source="watch"} 0
+`
+	collectorText(t, c, want, "cri_guard_wakeups_total")
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // ErrNoMemcgNotification is returned by Sampler.MemcgNotifiers when the
@@ -25,21 +26,26 @@ var ErrNoMemcgNotification = errors.New("no v1 memory cgroup for kernel memcg no
 // direction. The usage threshold is set where the working set meets the
 // eviction threshold: limit − threshold + inactive_file, as the kubelet's
 // memcgThresholdNotifier computes it, and re-armed after each crossing and
-// every ReArm, since inactive_file moves.
+// every ReArm, since inactive_file moves. A near notifier (Near) is set
+// Margin bytes before that level: it wakes the sync loop when memory comes
+// within the fast poll's margin, so that nothing samples a node far from
+// every threshold (issue 22).
 type MemcgNotifier struct {
 	dir       string // the pods cgroup in the v1 memory hierarchy
 	meminfo   string
 	threshold Threshold
+	margin    int64 // > 0: a near notifier, this many bytes before the threshold
 	// ReArm is how often the usage threshold is recomputed while it does
 	// not fire; default 10 s (the kubelet does it each synchronize).
 	ReArm time.Duration
 }
 
 // MemcgNotifiers returns a notifier for each threshold on
-// allocatableMemory.available (the pods cgroup's signal). It returns
+// allocatableMemory.available (the pods cgroup's signal) and, when margin
+// is positive, a near notifier margin bytes before each. It returns
 // ErrNoMemcgNotification when the pods cgroup is not in a v1 memory
 // hierarchy, and no notifiers when no threshold is on that signal.
-func (s *Sampler) MemcgNotifiers(ts []Threshold) ([]*MemcgNotifier, error) {
+func (s *Sampler) MemcgNotifiers(ts []Threshold, margin int64) ([]*MemcgNotifier, error) {
 	if s.podsGroup == "" || s.layout.memoryVersion != 1 {
 		return nil, ErrNoMemcgNotification
 	}
@@ -51,6 +57,9 @@ func (s *Sampler) MemcgNotifiers(ts []Threshold) ([]*MemcgNotifier, error) {
 	for _, t := range ts {
 		if t.Signal == SignalAllocatableMemoryAvailable {
 			ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, ReArm: 10 * time.Second})
+			if margin > 0 {
+				ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, margin: margin, ReArm: 10 * time.Second})
+			}
 		}
 	}
 	return ns, nil
@@ -58,8 +67,18 @@ func (s *Sampler) MemcgNotifiers(ts []Threshold) ([]*MemcgNotifier, error) {
 
 // String names the notifier for logs.
 func (n *MemcgNotifier) String() string {
+	if n.margin > 0 {
+		return fmt.Sprintf("%s memory.usage_in_bytes %s before %s", n.dir, resource.NewQuantity(n.margin, resource.BinarySI), n.threshold)
+	}
 	return fmt.Sprintf("%s memory.usage_in_bytes for %s", n.dir, n.threshold)
 }
+
+// Signal is the signal whose threshold the notifier watches.
+func (n *MemcgNotifier) Signal() Signal { return n.threshold.Signal }
+
+// Near reports whether it is a near notifier (Margin bytes before the
+// threshold) rather than one at the threshold.
+func (n *MemcgNotifier) Near() bool { return n.margin > 0 }
 
 // usageThreshold computes the usage at which the threshold is met.
 func (n *MemcgNotifier) usageThreshold() (int64, error) {
@@ -85,7 +104,7 @@ func (n *MemcgNotifier) usageThreshold() (int64, error) {
 	if !ok {
 		return 0, fmt.Errorf("threshold %s: no capacity", n.threshold)
 	}
-	return max(capacity-int64(lim)+inactive, 0), nil
+	return max(capacity-int64(lim)-n.margin+inactive, 0), nil
 }
 
 // Run arms the notification and calls fire each time the kernel signals a

@@ -37,6 +37,14 @@ func TestMemcgUsageThreshold(t *testing.T) {
 	if want := int64(834 << 20); got != want {
 		t.Errorf("usage threshold = %d, want %d", got, want)
 	}
+	// the near notifier fires the fast poll's margin (256Mi) sooner
+	n.margin = 256 << 20
+	if got, err = n.usageThreshold(); err != nil || got != 578<<20 {
+		t.Errorf("near usage threshold = %d, %v; want %d", got, err, 578<<20)
+	}
+	if !n.Near() || n.Signal() != SignalAllocatableMemoryAvailable {
+		t.Errorf("near notifier: Near %v, Signal %s", n.Near(), n.Signal())
+	}
 }
 
 // TestMemcgNotifierArms registers a threshold on a real v1 memory cgroup
@@ -68,7 +76,7 @@ func TestMemcgNotifierArms(t *testing.T) {
 
 func TestMemcgNotifiersNeedV1(t *testing.T) {
 	s := &Sampler{podsGroup: "/kubepods", layout: layout{memoryVersion: 2}}
-	if _, err := s.MemcgNotifiers(nil); !errors.Is(err, ErrNoMemcgNotification) {
+	if _, err := s.MemcgNotifiers(nil, 0); !errors.Is(err, ErrNoMemcgNotification) {
 		t.Errorf("v2 host: err = %v, want ErrNoMemcgNotification", err)
 	}
 }

@@ -55,6 +55,31 @@ func ParseTriggerSpec(spec string) (string, error) {
 	return strings.Join(f, " "), nil
 }
 
+// unprivilegedWindow is the granularity of the windows the kernel takes
+// from a process without CAP_SYS_RESOURCE.
+const unprivilegedWindow = 2000000
+
+// WidenTriggerSpec returns spec with its window rounded up to a multiple of
+// 2 s and its stall scaled with it ("some 50000 1000000" becomes "some
+// 100000 2000000"): what the kernel takes from a process without
+// CAP_SYS_RESOURCE, which it refuses a sub-second window. ok is false when
+// the window is one already (or spec is invalid).
+func WidenTriggerSpec(spec string) (string, bool) {
+	spec, err := ParseTriggerSpec(spec)
+	if err != nil {
+		return "", false
+	}
+	f := strings.Fields(spec)
+	stall, _ := strconv.ParseUint(f[1], 10, 32)
+	window, _ := strconv.ParseUint(f[2], 10, 32)
+	if window%unprivilegedWindow == 0 {
+		return "", false
+	}
+	wider := (window/unprivilegedWindow + 1) * unprivilegedWindow
+	stall = min(stall*wider/window, wider)
+	return fmt.Sprintf("%s %d %d", f[0], stall, wider), true
+}
+
 // NewTrigger checks spec (see ParseTriggerSpec) and that path is on procfs
 // or cgroup2 (else ErrNotPressureFile; a missing path is fs.ErrNotExist),
 // and returns a trigger for that pressure file. It writes nothing; Run arms

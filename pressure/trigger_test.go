@@ -128,3 +128,21 @@ func TestTriggerStopsOnCancel(t *testing.T) {
 		t.Errorf("Run after cancel = %v, want nil", err)
 	}
 }
+
+func TestWidenTriggerSpec(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		ok       bool
+	}{
+		{"some 50000 1000000", "some 100000 2000000", true},
+		{"full 500000  500000", "full 2000000 2000000", true},
+		{"some 100000 3000000", "some 133333 4000000", true},
+		{"some 100000 2000000", "", false},
+		{"most 1 2", "", false},
+	} {
+		got, ok := WidenTriggerSpec(c.in)
+		if got != c.want || ok != c.ok {
+			t.Errorf("WidenTriggerSpec(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -73,6 +73,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			Snapshot:  ev.Snapshot,
 			Connected: func() bool { return rt.State() == connectivity.Ready },
 			Degraded:  func() bool { return loop.Degraded() != nil },
+			Wakeups:   loop.Wakeups,
 		}))
 	}
 

@@ -148,7 +148,7 @@ func runScenario(s *scenario, dir string, r *report) error {
 				}
 				pods = append(pods, cp)
 			}
-			e, err := c.mgr.Synchronize(pods)
+			e, err := c.mgr.Synchronize(pods, evictor.Wakeup{})
 			if err != nil {
 				return fmt.Errorf("seed %d step %d: cri-guard synchronize: %w", s.Seed, i, err)
 			}
