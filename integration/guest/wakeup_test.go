@@ -3,7 +3,10 @@
 package guest
 
 import (
+	"maps"
 	"math"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +64,24 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 	case wakeup == "fast-poll" && armedBy == "":
 		t.Errorf("wakeup=fast-poll without armed_by= (what started the fast poll): %q", decision)
 	}
-	t.Logf("wake-up that fired: wakeup=%s armed_by=%s", wakeup, armedBy)
+	t.Logf("wake-up that fired: wakeup=%s armed_by=%s (status: %q)", wakeup, armedBy, r.get("status_wakeup"))
+	if wakeup != "" {
+		// cri_guard_wakeups_total{source=wakeup} counted the deciding pass
+		// (counters since the restart at the start of wake.sh).
+		before, e1 := strconv.ParseFloat(r.get("wakeups_before_"+wakeup), 64)
+		after, e2 := strconv.ParseFloat(r.get("wakeups_after_"+wakeup), 64)
+		if e1 != nil || e2 != nil || !(after > before) {
+			t.Errorf("cri_guard_wakeups_total{source=%q}: %q before the hog, %q after its eviction, want a rise", wakeup, r.get("wakeups_before_"+wakeup), r.get("wakeups_after_"+wakeup))
+		}
+		if s := r.get("status_wakeup"); !strings.HasPrefix(s, wakeup) {
+			t.Errorf("cri-guard status gives the eviction's wake-up as %q, its log %q", s, wakeup)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.kv)) {
+		if src, ok := strings.CutPrefix(k, "wakeups_after_"); ok {
+			t.Logf("cri_guard_wakeups_total{source=%q}: %s -> %s", src, r.get("wakeups_before_"+src), r.get(k))
+		}
+	}
 
 	// In order: the last reading over the threshold, the decision, the stop.
 	f := func(k string) float64 {
@@ -72,6 +92,14 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 		return v
 	}
 	above, crossed, dec, ev := f("above_at"), f("crossed_at"), f("decision_at"), f("evicted_at")
+	// cri-guard's own time of a line (ms) when it has one, rather than
+	// the journal's (when journald took it in, batched)
+	if v, ok := logTime(decision); ok {
+		dec = v
+	}
+	if v, ok := logTime(r.get("evicted")); ok {
+		ev = v
+	}
 	added, started := f("memhog_added_at"), f("guard_started_at")
 	if !(above < dec) {
 		t.Errorf("the decision (%.3f) is not after the sampler's last reading over the threshold (%.3f)", dec, above)
@@ -91,4 +119,20 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 		next := started + hk*math.Ceil((dec-started)/hk)
 		t.Logf("housekeeping ticks every %.0fs from cri-guard's start (%.2fs before the decision): the next was due %.2fs after the decision", hk, dec-started, next-dec)
 	}
+}
+
+// logTimeRE is the time of a logrus text line.
+var logTimeRE = regexp.MustCompile(`\btime="([^"]+)"`)
+
+// logTime is the time="..." of a logrus text line, in Unix seconds.
+func logTime(line string) (float64, bool) {
+	m := logTimeRE.FindStringSubmatch(line)
+	if m == nil {
+		return 0, false
+	}
+	ts, err := time.Parse(time.RFC3339Nano, m[1])
+	if err != nil {
+		return 0, false
+	}
+	return float64(ts.UnixNano()) / 1e9, true
 }

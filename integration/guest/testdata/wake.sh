@@ -13,7 +13,13 @@ M=/etc/kubernetes/manifests
 C=/etc/cri-guard/config.yaml
 DROPIN=/run/systemd/system/cri-guard.service.d/90-wake-test.conf
 thr_arg=${1:?usage: wake.sh THRESHOLD (e.g. 300Mi)}
-metrics() { curl -s --max-time 20 http://127.0.0.1:9713/metrics | grep '^cri_guard_wakeups_total' | sed "s/^/# $1: /"; }
+# wakeups PREFIX: cri_guard_wakeups_total by source, as PREFIX_SOURCE=N lines
+wakeups() {
+  local line
+  while IFS= read -r line; do
+    [[ $line =~ ^cri_guard_wakeups_total\{source=\"([^\"]+)\"\}\ ([0-9.e+]+)$ ]] && echo "$1_${BASH_REMATCH[1]}=${BASH_REMATCH[2]}"
+  done < <(curl -s --max-time 20 http://127.0.0.1:9713/metrics)
+}
 
 restore() {
   rm -f "$M/memhog.yaml"
@@ -59,7 +65,7 @@ echo "threshold_bytes=$thr"
 echo "pods_memory_max=$(cat $P/memory.max)"
 echo "oom_kill_before=$(pods_event oom_kill)"
 sed 's/^/# memory.events before: /' "$P/memory.events"
-metrics "metrics before"
+wakeups wakeups_before
 
 start_sampler /tmp/wake-avail.txt
 follow_guard /tmp/wake-guard.log
@@ -78,6 +84,7 @@ echo "decision_at=${dline%% *}"
 echo "decision=$(sed 's/^[^ ]* [^ ]* //' <<<"$dline")"
 eline=$(grep -m1 'msg="pod evicted.*pod=memhog-vm' /tmp/wake-guard.log)
 echo "evicted_at=${eline%% *}"
+echo "evicted=$(sed 's/^[^ ]* [^ ]* //' <<<"$eline")"
 [[ $dline =~ \ wakeup=\"?([^\" ]+) ]] && echo "wakeup=${BASH_REMATCH[1]}"
 [[ $dline =~ \ armed_by=\"?([^\" ]+) ]] && echo "armed_by=${BASH_REMATCH[1]}"
 [[ $dline =~ \ pod_uid=\"?([^\" ]+) ]] && uid=${BASH_REMATCH[1]}
@@ -89,7 +96,8 @@ echo "samples=$(wc -l </tmp/wake-avail.txt)"
 
 echo "oom_kill_after=$(pods_event oom_kill)"
 sed 's/^/# memory.events after: /' "$P/memory.events"
-metrics "metrics after"
+wakeups wakeups_after
+echo "status_wakeup=$(cri-guard status --json | jq -r '[.decisions[] | select(.kind == "evict" and .pod.name == "memhog-vm")] | last | .wakeup // ""')"
 j=$(crictl pods --name '^memhog-vm$' -o json)
 jq -r '.items[] | "# memhog sandbox \(.id[:13]) attempt=\(.metadata.attempt) \(.state)"' <<<"$j"
 echo "memhog_ready=$(jq '[.items[] | select(.state == "SANDBOX_READY")] | length' <<<"$j")"
