@@ -35,7 +35,8 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 	r := runScript(t, 15*time.Minute, "wake.sh", wakeThreshold)
 	expect(t, r, map[string]string{
 		"housekeeping": "1m0s", "threshold": wakeThreshold,
-		"restored_housekeeping": "10s", "restored_active": "active", "memhog_cgroup_gone": "yes",
+		"restored_housekeeping": "10s", "restored_active": "active",
+		"memhog_cgroup_seen": "yes", "memhog_cgroup_gone": "yes",
 	})
 	decision := r.get("decision")
 	if r.get("decision_at") == "" || !strings.Contains(decision, "pod=memhog-vm") {
@@ -48,6 +49,8 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 	if n, _ := strconv.Atoi(r.get("memhog_notready")); n < 1 {
 		t.Errorf("memhog-vm has %q NOTREADY sandboxes, want its stopped one", r.get("memhog_notready"))
 	}
+	t.Logf("the kubelet, since cri-guard's restart: %s `No ready sandbox for pod` lines for memhog-vm, %s refusals `The node had condition: [MemoryPressure]`",
+		r.get("kubelet_no_ready_sandbox"), r.get("kubelet_saw_refusal"))
 	if b, a := r.get("oom_kill_before"), r.get("oom_kill_after"); b == "" || b != a {
 		t.Errorf("the OOM killer struck in kubepods.slice: oom_kill %q -> %q", b, a)
 	}

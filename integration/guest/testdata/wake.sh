@@ -88,6 +88,7 @@ echo "evicted=$(sed 's/^[^ ]* [^ ]* //' <<<"$eline")"
 [[ $dline =~ \ wakeup=\"?([^\" ]+) ]] && echo "wakeup=${BASH_REMATCH[1]}"
 [[ $dline =~ \ armed_by=\"?([^\" ]+) ]] && echo "armed_by=${BASH_REMATCH[1]}"
 [[ $dline =~ \ pod_uid=\"?([^\" ]+) ]] && uid=${BASH_REMATCH[1]}
+echo "memhog_cgroup_seen=$([ -n "${uid:-}" ] && [ -d "$P/kubepods-besteffort.slice/kubepods-besteffort-pod$uid.slice" ] && echo yes || echo no)"
 c=$(crossing /tmp/wake-avail.txt "$thr")
 echo "above_at=${c% *}"
 echo "crossed_at=${c#* }"
@@ -103,4 +104,7 @@ jq -r '.items[] | "# memhog sandbox \(.id[:13]) attempt=\(.metadata.attempt) \(.
 echo "memhog_ready=$(jq '[.items[] | select(.state == "SANDBOX_READY")] | length' <<<"$j")"
 echo "memhog_notready=$(jq '[.items[] | select(.state == "SANDBOX_NOTREADY")] | length' <<<"$j")"
 echo "--- what the kubelet shows"
-journalctl -u kubelet --no-pager -o cat --since "@${started%.*}" | grep memhog | grep -iE 'error|fail|refus|evict|sandbox|kill' | tail -6 | sed 's/^/# kubelet: /'
+k=$(journalctl -u kubelet --no-pager -o cat --since "@${started%.*}" | grep memhog)
+grep -iE 'error|fail|refus|evict|sandbox|kill' <<<"$k" | tail -6 | sed 's/^/# kubelet: /'
+echo "kubelet_no_ready_sandbox=$(grep -c 'No ready sandbox for pod can be found' <<<"$k")"
+echo "kubelet_saw_refusal=$(grep -c 'The node had condition: \[MemoryPressure\]' <<<"$k")"
