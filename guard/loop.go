@@ -98,6 +98,11 @@ type Config struct {
 	// Wakeups are the kernel's wake-ups (wakeups.go): the loop arms them
 	// when it runs and re-arms them on a reload; zero: none.
 	Wakeups Wakeups
+	// WatchdogInterval is the longest the loop goes without calling
+	// Options.Watchdog (besides after every housekeeping pass): a
+	// housekeeping interval longer than systemd's WatchdogSec must not get
+	// a healthy loop killed. Zero: after housekeeping passes only.
+	WatchdogInterval time.Duration
 }
 
 // Options are the loop's dependencies.
@@ -107,7 +112,8 @@ type Options struct {
 	Evictor Evictor
 	Log     *logrus.Entry
 	Now     func() time.Time
-	// Watchdog is called after every housekeeping pass (sd_notify WATCHDOG).
+	// Watchdog is called after every housekeeping pass and every
+	// Config.WatchdogInterval, from the loop goroutine (sd_notify WATCHDOG).
 	Watchdog func()
 	// API and Reporter connect the loop to the API server; both nil:
 	// CRI only.
@@ -279,6 +285,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	fp.schedule(passManual)
 	refused := time.NewTimer(time.Hour)
 	defer refused.Stop()
+	var watchdog <-chan time.Time
+	if l.cfg.WatchdogInterval > 0 && l.wdog != nil {
+		t := time.NewTicker(l.cfg.WatchdogInterval)
+		defer t.Stop()
+		watchdog = t.C
+	}
 	for {
 		l.armRefused(refused)
 		select {
@@ -316,6 +328,8 @@ func (l *Loop) Run(ctx context.Context) error {
 			fp.schedule(passFastPoll)
 		case <-refused.C:
 			l.housekeeping(ctx, passRefused)
+		case <-watchdog:
+			l.wdog() // the loop takes its turns: alive
 		}
 	}
 }
