@@ -112,7 +112,7 @@ func (h *realHarness) settled(t testing.TB) {
 	t.Helper()
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return !busy
 	})
 }
@@ -224,7 +224,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	// the stop is under way (hanging); the kubelet removes the sandbox
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return busy
 	})
 	rt.mu.Lock()
@@ -291,7 +291,7 @@ func TestStopGrace(t *testing.T) {
 			}
 			e := tt.e
 			e.Pod = h.loop.pods["p1/0"]
-			if _, err := h.loop.stop(&e, e.Pod.Clone()); err != nil {
+			if _, err := h.loop.stop(&e, e.Pod.Clone(), nil); err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("StopContainer c-s1 %d", tt.wantS); !slices.Contains(h.rt.Calls(), want) {
@@ -362,5 +362,60 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	}
 	if slices.Contains(rt.Calls(), "StopPodSandbox s1") {
 		t.Fatal("the static pod was stopped on the word of a forged record")
+	}
+}
+
+// TestNextEvictionWhileSandboxStops: once the victim's containers are
+// stopped (its memory free) a fresh sample that still meets the memory
+// threshold chooses the next pod while the first's sandbox stop is still
+// under way (several runaways at once must not wait on each other's
+// teardown); a sample above the threshold chooses none.
+func TestNextEvictionWhileSandboxStops(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt.stopHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	inflight := func() (ids []string, killed int) {
+		_ = h.loop.do(ctx, func() {
+			for _, f := range h.loop.inflight {
+				ids = append(ids, f.sandboxID)
+				if !f.killedAt.IsZero() {
+					killed++
+				}
+			}
+		})
+		return ids, killed
+	}
+	h.sampler.set(512 << 20)
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { ids, k := inflight(); return len(ids) == 1 && k == 1 })
+	first, _ := inflight()
+
+	h.sampler.set(3 << 30) // the victim's memory is back: nothing more to do
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := inflight(); len(ids) != 1 {
+		t.Fatalf("under way with memory above the threshold: %v, want only %v", ids, first)
+	}
+	h.sampler.set(512 << 20) // still short: the next runaway
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := inflight()
+	if len(ids) != 2 || ids[0] != first[0] || ids[1] == ids[0] {
+		t.Fatalf("under way = %v, want %v and the other pod", ids, first)
+	}
+	rt.mu.Lock()
+	close(rt.stopHang)
+	rt.stopHang = nil
+	rt.mu.Unlock()
+	h.settled(t)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want two evictions", got)
 	}
 }

@@ -150,7 +150,7 @@ type Loop struct {
 	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
 	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
-	evicting    *inFlight           // the eviction whose stop is under way
+	inflight    []*inFlight         // the evictions whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
 	passErr     string              // the error of the last eviction pass, if it failed
 	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
