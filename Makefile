@@ -79,7 +79,7 @@ test:
 	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \
 	  CRI_GUARD_CLUSTER= $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
 	  if CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up; then \
-	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/ || rc=1; \
+	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/ || rc=1; \
 	  else \
 	    echo "make test: scripts/cluster.sh up failed" >&2; rc=1; \
 	  fi; \
@@ -122,7 +122,7 @@ guest-test:
 	CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
 
 cluster-test:
-	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/
 
 run: build rt-up
 	@mkdir -p $(dir $(RUN_SOCKET))

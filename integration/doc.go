@@ -22,14 +22,6 @@
 // failing on the code before the fixes: CRI_GUARD_BIN=<older build> runs
 // the package against another binary.
 //
-// The TestCluster* tests run on the one-node Kubernetes of
-// scripts/cluster.sh (control plane, a registered kubelet, cri-guard in front
-// of the harness containerd) and drive it with kubectl; they skip unless
-// CRI_GUARD_CLUSTER names the cluster's directory (`make test` sets it in a
-// second run, after `scripts/cluster.sh up`):
-//
-//	scripts/cluster.sh up
-//	CRI_GUARD_RT=/tmp/cri-guard-rt CRI_GUARD_CLUSTER=/tmp/cri-guard-cluster \
-//	  go test -tags integration -count=1 -v -run '^TestCluster' ./integration/
-//	scripts/cluster.sh down
+// The TestCluster* tests, on the one-node Kubernetes of scripts/cluster.sh,
+// are in integration/cluster.
 package integration

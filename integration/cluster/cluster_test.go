@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package cluster
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // The one-node cluster of scripts/cluster.sh: etcd, kube-apiserver,
@@ -21,11 +23,10 @@ import (
 // TestCluster* tests drive it with the kubectl it built, as a user would.
 
 const (
-	clusterScript = "../scripts/cluster.sh"
 	// clusterNode is the node name cluster.sh registers the kubelet as.
 	clusterNode = "localhost"
 	// clusterImage is what every cluster test pod runs (imported by rt.sh).
-	clusterImage = busyboxImage
+	clusterImage = harness.BusyboxImage
 )
 
 // podCommand prints a line for `kubectl logs`, then sleeps; it exits at once
@@ -37,8 +38,7 @@ type cluster struct {
 	dir        string // $CRI_GUARD_CLUSTER
 	kubeconfig string
 	kubectlBin string
-	crictl     string // the harness's crictl
-	containerd string // the harness containerd's socket
+	rt         harness.Runtime // the containerd of rt.sh the kubelet runs on (through cri-guard)
 }
 
 // needCluster returns the cluster, or skips the test saying why it cannot run.
@@ -50,7 +50,7 @@ func needCluster(t *testing.T) *cluster {
 	if dir == "" {
 		t.Skip("cluster: CRI_GUARD_CLUSTER is not set: run `scripts/cluster.sh up` and export CRI_GUARD_CLUSTER=/tmp/cri-guard-cluster (`make test` does, after the other integration tests)")
 	}
-	env, err := lookupRuntime()
+	rt, err := harness.LookupRuntime()
 	if err != nil {
 		t.Skip("cluster: ", err)
 	}
@@ -58,10 +58,9 @@ func needCluster(t *testing.T) *cluster {
 		dir:        dir,
 		kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
 		kubectlBin: filepath.Join(dir, "bin", "kubectl"),
-		crictl:     env.crictl,
-		containerd: env.containerd,
+		rt:         rt,
 	}
-	if out, err := exec.Command("bash", clusterScript, "status").CombinedOutput(); err != nil {
+	if out, err := exec.Command("bash", harness.Script(t, "cluster.sh"), "status").CombinedOutput(); err != nil {
 		t.Fatalf("cluster: CRI_GUARD_CLUSTER=%s but `cluster.sh status` fails (%v): %s", dir, err, out)
 	}
 	return c
@@ -103,21 +102,18 @@ func (c *cluster) apply(t *testing.T, manifest string) {
 // script runs scripts/cluster.sh (or rt.sh, with rt true) and fails the test on error.
 func (c *cluster) script(t *testing.T, rt bool, args ...string) {
 	t.Helper()
-	s := clusterScript
+	name := "cluster.sh"
 	if rt {
-		s = rtScript
+		name = "rt.sh"
 	}
-	out, err := exec.Command("bash", append([]string{s}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(s), strings.Join(args, " "), err, out)
-	}
+	harness.RunScript(t, name, args...)
 }
 
 // namespace creates a namespace named prefix-<random> and deletes it (and
 // waits for its pods to be gone) at cleanup.
 func (c *cluster) namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	ns := prefix + "-" + newUID(t)[:6]
+	ns := prefix + "-" + harness.NewUID(t)[:6]
 	c.must(t, "create", "namespace", ns)
 	// the service account controller must have made "default" before pods can be created
 	c.waitFor(t, "service account default in "+ns, time.Minute, func() (bool, string) {
@@ -173,9 +169,7 @@ func (c *cluster) waitFor(t *testing.T, what string, timeout time.Duration, cond
 // setAvailable rewrites the fake meminfo that the cluster's cri-guard reads.
 func (c *cluster) setAvailable(t *testing.T, b int64) {
 	t.Helper()
-	writeAtomic(t, filepath.Join(c.dir, "stats", "proc", "meminfo"), fmt.Sprintf(
-		"MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\nBuffers:        0 kB\nCached:         0 kB\n",
-		memTotal>>10, b>>10, b>>10))
+	harness.WriteMeminfo(t, filepath.Join(c.dir, "stats", "proc", "meminfo"), b)
 }
 
 // guardStatus is `cri-guard status` of the cluster's cri-guard.

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package cluster
 
 import (
 	"fmt"
@@ -68,7 +68,7 @@ func TestClusterPressure(t *testing.T) {
 	})
 	// In containerd: the victim's first sandbox stopped, no second one; none for the newcomer.
 	sandboxes := func(name, state string) string {
-		out, err := crictlErr(runtimeEnv{crictl: c.crictl}, c.containerd, "pods", "-q", "--namespace", ns, "--name", "^"+name+"$", "--state", state)
+		out, err := c.rt.CrictlErr(c.rt.Containerd, "pods", "-q", "--namespace", ns, "--name", "^"+name+"$", "--state", state)
 		if err != nil {
 			t.Fatal(err)
 		}

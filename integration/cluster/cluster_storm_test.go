@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package cluster
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestClusterStorm counts the storm of issue 24 in one scenario, for three
@@ -150,9 +152,9 @@ func (c *cluster) startAPIGuard(t *testing.T, orig []byte, bin, taintKubeconfig 
 	if taintKubeconfig != "" {
 		s = s[:len(s)-1] + fmt.Sprintf(", taint: {enabled: true, kubeconfig: %s}}", taintKubeconfig)
 	}
-	writeAtomic(t, filepath.Join(c.dir, "cri-guard", "config-api.yaml"), s+"\n")
+	harness.WriteAtomic(t, filepath.Join(c.dir, "cri-guard", "config-api.yaml"), s+"\n")
 	c.script(t, false, "kill-cri-guard")
-	cmd := exec.Command("bash", clusterScript, "start-cri-guard", "api")
+	cmd := exec.Command("bash", harness.Script(t, "cluster.sh"), "start-cri-guard", "api")
 	if bin != "" {
 		cmd.Env = append(os.Environ(), "CRI_GUARD_CLUSTER_BIN="+bin)
 	}
@@ -300,7 +302,7 @@ func (c *cluster) storm(t *testing.T, v stormVariant, pressure time.Duration) st
 // pods that never ran) and the namespace deleted.
 func (c *cluster) stormNamespace(t *testing.T) string {
 	t.Helper()
-	ns := "cg-storm-" + newUID(t)[:6]
+	ns := "cg-storm-" + harness.NewUID(t)[:6]
 	c.must(t, "create", "namespace", ns)
 	c.waitFor(t, "service account default in "+ns, time.Minute, func() (bool, string) {
 		_, err := c.kubectl("", "-n", ns, "get", "serviceaccount", "default")

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package cluster
 
 import (
 	"encoding/base64"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestClusterTaint: cri-guard with the taint on (kubernetes.taint, the
@@ -41,7 +43,7 @@ func TestClusterTaint(t *testing.T) {
 			taint = fmt.Sprintf("taint: {enabled: true, kubeconfig: %s}", kubeconfig)
 		}
 		s = s[:len(s)-1] + ", " + taint + "}\n"
-		writeAtomic(t, cfgPath, s)
+		harness.WriteAtomic(t, cfgPath, s)
 		c.script(t, false, "kill-cri-guard")
 		c.script(t, false, "start-cri-guard", "api")
 	}
@@ -133,7 +135,7 @@ func TestClusterTaint(t *testing.T) {
 // that may patch Nodes.
 func (c *cluster) taintKubeconfig(t *testing.T) string {
 	t.Helper()
-	rbac, err := os.ReadFile("../contrib/rbac.yaml")
+	rbac, err := os.ReadFile(harness.Path(t, "contrib/rbac.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +151,7 @@ func (c *cluster) taintKubeconfig(t *testing.T) string {
 	})
 	server := c.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
 	kc := filepath.Join(c.dir, "cri-guard", "taint.kubeconfig")
-	writeAtomic(t, kc, fmt.Sprintf(`apiVersion: v1
+	harness.WriteAtomic(t, kc, fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: c

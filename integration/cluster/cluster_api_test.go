@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package cluster
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestClusterAPI: cri-guard connected to the API server with the kubelet's
@@ -38,7 +39,7 @@ func TestClusterAPI(t *testing.T) {
 	if err := os.MkdirAll(mem, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeAtomic(t, filepath.Join(mem, "memory.usage_in_bytes"), "0\n")
+	harness.WriteAtomic(t, filepath.Join(mem, "memory.usage_in_bytes"), "0\n")
 	c.script(t, false, "kill-cri-guard")
 	c.script(t, false, "start-cri-guard", "api")
 	t.Cleanup(func() {
@@ -85,10 +86,10 @@ func TestClusterAPI(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		writeAtomic(t, filepath.Join(dir, "memory.usage_in_bytes"), fmt.Sprintf("%d\n", usage))
-		writeAtomic(t, filepath.Join(dir, "memory.stat"), "cache 0\nrss 0\ntotal_inactive_file 0\n")
-		writeAtomic(t, filepath.Join(dir, "memory.limit_in_bytes"), "9223372036854771712\n")
-		writeAtomic(t, filepath.Join(dir, "memory.soft_limit_in_bytes"), "0\n")
+		harness.WriteAtomic(t, filepath.Join(dir, "memory.usage_in_bytes"), fmt.Sprintf("%d\n", usage))
+		harness.WriteAtomic(t, filepath.Join(dir, "memory.stat"), "cache 0\nrss 0\ntotal_inactive_file 0\n")
+		harness.WriteAtomic(t, filepath.Join(dir, "memory.limit_in_bytes"), "9223372036854771712\n")
+		harness.WriteAtomic(t, filepath.Join(dir, "memory.soft_limit_in_bytes"), "0\n")
 	}
 	podMem(web, "besteffort", 100<<20)
 	podMem(bu, "burstable", 300<<20)
@@ -271,7 +272,7 @@ func TestClusterAPIOutage(t *testing.T) {
 	apiDown = true
 	c.setAvailable(t, 500<<20)
 	sandboxState := func() string {
-		out, err := crictlErr(runtimeEnv{crictl: c.crictl}, c.containerd, "pods", "--namespace", ns, "--name", "^victim$", "-o", "json")
+		out, err := c.rt.CrictlErr(c.rt.Containerd, "pods", "--namespace", ns, "--name", "^victim$", "-o", "json")
 		if err != nil {
 			return err.Error()
 		}
@@ -313,7 +314,7 @@ func TestClusterAPIOutage(t *testing.T) {
 // guardStatusJSON is `cri-guard status --json` of the cluster's cri-guard.
 func (c *cluster) guardStatusJSON(t *testing.T) admin.Status {
 	t.Helper()
-	st, err := statusOf(filepath.Join(c.dir, "bin", "cri-guard"), filepath.Join(c.dir, "cri-guard", "admin.sock"))
+	st, err := harness.Status(filepath.Join(c.dir, "bin", "cri-guard"), filepath.Join(c.dir, "cri-guard", "admin.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
