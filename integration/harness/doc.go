@@ -6,11 +6,13 @@
 // (Status), and small file helpers (WriteAtomic, WriteMeminfo, ShortTempDir,
 // NewUID).
 //
-// The tests live by environment, each package over this one:
-// integration/host (the v1 host of scripts/rt.sh), integration/cluster (the
-// one-node Kubernetes of scripts/cluster.sh), integration/guest (the UML
-// guest of scripts/vm.sh) and integration/hostile (floods against a fake
-// runtime). Helpers only one of them uses stay in it.
+// The tests live by environment, one package each: integration/host (the
+// v1 host of scripts/rt.sh) and integration/cluster (the one-node
+// Kubernetes of scripts/cluster.sh) use this package; integration/guest (the
+// UML guest of scripts/vm.sh) and integration/hostile (floods against a fake
+// runtime) do not yet, and keep their own path to scripts/vm.sh and
+// bin/cri-guard and their own start of cri-guard. Helpers only one package
+// uses stay in it.
 //
 // The package has no build tag, unlike the tests over it (tag
 // `integration`): `go vet ./...` and `go test -race ./...` compile and

@@ -88,16 +88,16 @@ func (g *Guard) ServesOrExits(t testing.TB, timeout time.Duration) (served, exit
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 	deadline := time.Now().Add(timeout)
 	for {
+		select {
+		case <-g.done:
+			return false, true, g.err
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err = rt.Version(ctx, &runtimeapi.VersionRequest{})
 		cancel()
 		if err == nil {
 			return true, false, nil
-		}
-		select {
-		case <-g.done:
-			return false, true, g.err
-		default:
 		}
 		if time.Now().After(deadline) {
 			return false, false, err

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -48,7 +49,7 @@ func TestRestoreUnderPressure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run := "restore" + newUID(t)[:8]
+			run := "restore" + harness.NewUID(t)[:8]
 			removeRunAtCleanup(t, env, run)
 			stats := newFakeStats(t)
 			cfg := writeConfig(t, `
@@ -63,7 +64,7 @@ restoredPods: `+tt.restoredPods+"\n")
 			gp := newGuardProc(t, env, append(cfg, stats.args()...)...)
 			gp.start()
 
-			conn := dialSocket(t, gp.socket)
+			conn := harness.Dial(t, gp.socket)
 			t.Cleanup(func() { conn.Close() })
 			rt := runtimeapi.NewRuntimeServiceClient(conn)
 			best := runBestEffort(t, rt, run, "besteffort", nil)
@@ -103,7 +104,7 @@ restoredPods: `+tt.restoredPods+"\n")
 				t.Errorf("restoredPods %s: critical sandbox is %s after the restart under pressure, want SANDBOX_READY", tt.restoredPods, got)
 			}
 			// crictl inspectp on containerd says the same
-			if got := crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", best); got != wantBest.String() {
+			if got := env.Crictl(t, env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", best); got != wantBest.String() {
 				t.Errorf("crictl inspectp %s: state %q, want %s", best, got, wantBest)
 			}
 			wantRec := pod.StateStopped
@@ -155,9 +156,9 @@ restoredPods: `+tt.restoredPods+"\n")
 
 // foreignReadySandboxes counts the ready sandboxes on containerd that are
 // not this run's.
-func foreignReadySandboxes(t *testing.T, env runtimeEnv, run string) int {
+func foreignReadySandboxes(t *testing.T, env harness.Runtime, run string) int {
 	t.Helper()
-	conn := dialSocket(t, env.containerd)
+	conn := harness.Dial(t, env.Containerd)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -180,7 +181,7 @@ func foreignReadySandboxes(t *testing.T, env runtimeEnv, run string) int {
 // annotations through rt, before any pressure, and returns its sandbox id.
 func runBestEffort(t *testing.T, rt runtimeapi.RuntimeServiceClient, run, name string, annotations map[string]string) string {
 	t.Helper()
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	pc := qosPodConfig(name+"-"+uid[:6], uid, "besteffort")
 	pc.Labels[runLabel] = run
 	pc.Annotations = annotations

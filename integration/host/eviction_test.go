@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"io"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestEvictionOrder: pods of each QoS class and a critical static pod run
@@ -26,7 +28,7 @@ func TestEvictionOrder(t *testing.T) {
 	stats := newFakeStats(t)
 	stats.withV1Memory(t)
 	metricsAddr := freeLocalAddr(t)
-	adminSocket := filepath.Join(shortTempDir(t), "admin.sock")
+	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 evictionHard: {memory.available: 1Gi}
@@ -37,7 +39,7 @@ metricsAddress: `+metricsAddr+`
 adminSocket: `+adminSocket+`
 `)
 	// a fixed state dir: the guard is restarted on it below
-	args := append(append(cfg, stats.args()...), "--state-dir", filepath.Join(shortTempDir(t), "state"))
+	args := append(append(cfg, stats.args()...), "--state-dir", filepath.Join(harness.ShortTempDir(t), "state"))
 	g := startGuard(t, env, args...)
 	dir := t.TempDir()
 
@@ -54,17 +56,17 @@ adminSocket: `+adminSocket+`
 		{name: "besteffort", qos: "besteffort", usage: 300 << 20},
 	}
 	for _, p := range pods {
-		p.uid = newUID(t)
+		p.uid = harness.NewUID(t)
 		pc := qosPodConfig(p.name+"-"+p.uid[:6], p.uid, p.qos)
 		if p.static {
 			pc.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
 		}
 		stats.setPodMemory(t, pc.Linux.CgroupParent, p.usage, p.req)
 		p.cfg = writeJSON(t, dir, p.uid+".json", pc)
-		p.id = crictl(t, env, g.socket, "runp", p.cfg)
+		p.id = env.Crictl(t, g.Socket, "runp", p.cfg)
 	}
 	state := func(p *testPod) string {
-		return crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", p.id)
+		return env.Crictl(t, env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", p.id)
 	}
 
 	stats.setAvailable(t, 500<<20)
@@ -83,13 +85,13 @@ adminSocket: `+adminSocket+`
 		}
 	}
 	if len(order) < 3 {
-		t.Fatalf("evicted within 150s: %v, want three pods\n%s", order, g.logTail())
+		t.Fatalf("evicted within 150s: %v, want three pods\n%s", order, g.LogTail())
 	}
 	// Quick passes evict again 100 ms after a stop while the (fake) memory
 	// stays short: two evictions can fall between two polls, so the order
 	// is cri-guard's own, from its "evicting pod" lines.
 	order = order[:0]
-	b, err := os.ReadFile(g.log)
+	b, err := os.ReadFile(g.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,13 +106,13 @@ adminSocket: `+adminSocket+`
 		}
 	}
 	if got, want := strings.Join(order, ","), "besteffort,burstable,guaranteed"; got != want {
-		t.Fatalf("eviction order = %q, want %q\n%s", got, want, g.logTail())
+		t.Fatalf("eviction order = %q, want %q\n%s", got, want, g.LogTail())
 	}
 	time.Sleep(2 * time.Second) // a few more passes with only the critical pod left
 	if s := state(pods[2]); s != "SANDBOX_READY" {
 		t.Fatalf("critical pod state = %s, want SANDBOX_READY", s)
 	}
-	if !strings.Contains(g.logTail(), "unable to evict any pods") {
+	if !strings.Contains(g.LogTail(), "unable to evict any pods") {
 		t.Errorf("no \"unable to evict any pods\" in the log with only a critical pod left")
 	}
 
@@ -119,7 +121,7 @@ adminSocket: `+adminSocket+`
 	recreate := func() (string, error) {
 		pc := qosPodConfig("burstable-"+pods[1].uid[:6], pods[1].uid, "burstable")
 		pc.Metadata.Attempt = 1
-		return crictlErr(env, g.socket, "runp", writeJSON(t, dir, "recreate.json", pc))
+		return env.CrictlErr(g.Socket, "runp", writeJSON(t, dir, "recreate.json", pc))
 	}
 	_, err = recreate()
 	if err == nil || !strings.Contains(err.Error(), "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi.") {
@@ -155,7 +157,7 @@ adminSocket: `+adminSocket+`
 
 	// The re-admission guard survives a restart: the checkpoint says
 	// cri-guard evicted the pod.
-	g.stop(t)
+	g.Stop(t)
 	g = startGuard(t, env, args...)
 	_, err = recreate()
 	if err == nil || !strings.Contains(err.Error(), "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi.") {

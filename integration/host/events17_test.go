@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // sandboxEvents are the events containerd sends for a sandbox that is run,
@@ -25,7 +27,7 @@ var sandboxEvents = []runtimeapi.ContainerEventType{
 // eventsRuntime is the containerd that `scripts/rt.sh up-events` started
 // (CRI_GUARD_RT_EVENTS is its socket): one that implements GetContainerEvents.
 // It has no CNI, so its pods use the host network.
-func eventsRuntime(t *testing.T, socket string) (runtimeEnv, string) {
+func eventsRuntime(t *testing.T, socket string) (harness.Runtime, string) {
 	t.Helper()
 	if fi, err := os.Stat(socket); err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("CRI_GUARD_RT_EVENTS=%s is not a socket: run `scripts/rt.sh up-events`", socket)
@@ -37,7 +39,7 @@ func eventsRuntime(t *testing.T, socket string) (runtimeEnv, string) {
 	if cgroup == "" {
 		cgroup = "/cri-guard-rt-events-pods"
 	}
-	return runtimeEnv{dir: filepath.Dir(socket), containerd: socket}, cgroup
+	return harness.Runtime{Dir: filepath.Dir(socket), Containerd: socket}, cgroup
 }
 
 // hostPodConfig is podConfig on the host network (so without a hostname of its
@@ -127,7 +129,7 @@ func missing(seen map[runtimeapi.ContainerEventType]bool, want []runtimeapi.Cont
 // sandboxLifecycle runs, stops and removes a host-network sandbox and returns its id.
 func sandboxLifecycle(ctx context.Context, t *testing.T, rt runtimeapi.RuntimeServiceClient, cgroupRoot string) string {
 	t.Helper()
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	run, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: hostPodConfig("events-"+uid[:6], uid, cgroupRoot)})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
@@ -152,7 +154,7 @@ func sandboxLifecycle(ctx context.Context, t *testing.T, rt runtimeapi.RuntimeSe
 func testContainerEventsImplemented(t *testing.T, socket string) {
 	env, cgroupRoot := eventsRuntime(t, socket)
 	removePodsAtCleanup(t, env)
-	direct, _ := dialCRI(t, env.containerd)
+	direct, _ := harness.DialCRI(t, env.Containerd)
 
 	t.Run("direct", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -178,7 +180,7 @@ func testContainerEventsImplemented(t *testing.T, socket string) {
 
 	t.Run("through cri-guard", func(t *testing.T) {
 		g := startGuard(t, env)
-		rt, _ := dialCRI(t, g.socket)
+		rt, _ := harness.DialCRI(t, g.Socket)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		// Two client streams at once (a kubelet and crictl, say) besides

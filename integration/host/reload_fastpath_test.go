@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // reloadNamespace is the namespace of TestReloadMovesFastPaths' pod.
@@ -32,7 +34,7 @@ func TestReloadMovesFastPaths(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(memRoot, "memory.usage_in_bytes")); err != nil {
 		t.Skip("no v1 memory hierarchy at /sys/fs/cgroup/memory: the pods cgroup cannot be limited here")
 	}
-	hog := buildMemhog(t)
+	hog := harness.BuildMemhog(t)
 	for _, mode := range []struct{ name, lines string }{
 		{"memcg", "kernelMemcgNotification: true\nfastPoll: {interval: 0s, watch: 0s}\n"},
 		{"fastpoll", "kernelMemcgNotification: false\n"},
@@ -70,17 +72,17 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 			if err := os.WriteFile(args[1], []byte(config("400Mi")), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			if err := g.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 				t.Fatal(err)
 			}
 			if _, ok := waitUntil(30*time.Second, func() (bool, string) {
-				b, _ := os.ReadFile(g.log)
+				b, _ := os.ReadFile(g.Log)
 				return strings.Contains(string(b), "eviction thresholds reloaded"), ""
 			}); !ok {
-				t.Fatalf("SIGHUP not reloaded within 30s\n%s", g.logTail())
+				t.Fatalf("SIGHUP not reloaded within 30s\n%s", g.LogTail())
 			}
 
-			uid := newUID(t)
+			uid := harness.NewUID(t)
 			pc := qosPodConfig("runaway-"+uid[:6], uid, "besteffort")
 			pc.Metadata.Namespace = reloadNamespace
 			pc.Linux.CgroupParent = group + "/kubepods/besteffort/pod" + uid
@@ -89,14 +91,14 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 			podJSON := writeJSON(t, work, "pod.json", pc)
 			ctrJSON := writeJSON(t, work, "ctr.json", map[string]any{
 				"metadata": map[string]any{"name": "memhog"},
-				"image":    map[string]any{"image": busyboxImage},
+				"image":    map[string]any{"image": harness.BusyboxImage},
 				"command":  []string{"/memhog", "-anon", "-prefill", "700", "-size", "700"},
 				"log_path": "memhog.log",
 				"mounts":   []map[string]any{{"host_path": hog, "container_path": "/memhog", "readonly": true}},
 			})
-			sandbox := crictl(t, env, g.socket, "runp", podJSON)
-			ctr := crictl(t, env, g.socket, "create", sandbox, ctrJSON, podJSON)
-			crictl(t, env, g.socket, "start", ctr)
+			sandbox := env.Crictl(t, g.Socket, "runp", podJSON)
+			ctr := env.Crictl(t, g.Socket, "create", sandbox, ctrJSON, podJSON)
+			env.Crictl(t, g.Socket, "start", ctr)
 			started := time.Now()
 
 			// the crossing of the new level, stamped from the domain's own
@@ -124,13 +126,13 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 				case crossed = <-crossing:
 				default:
 				}
-				st, err := crictlErr(env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", sandbox)
+				st, err := env.CrictlErr(env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", sandbox)
 				if err == nil && strings.TrimSpace(st) == "SANDBOX_NOTREADY" {
 					break
 				}
 				if time.Since(started) > 90*time.Second {
 					t.Fatalf("%s: the runaway (700Mi of a 1Gi pods cgroup, crossing only the reloaded 400Mi level, crossed=%v) was not evicted within 90s with housekeeping at 1h: the fast path still watches the old 100Mi level\n%s",
-						mode.name, !crossed.IsZero(), g.logTail())
+						mode.name, !crossed.IsZero(), g.LogTail())
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -141,10 +143,10 @@ critical: {namespaces: [` + strings.Join(quoted, ", ") + `]}
 				case <-time.After(100 * time.Millisecond):
 				}
 			}
-			full, _ := os.ReadFile(g.log)
+			full, _ := os.ReadFile(g.Log)
 			decided, ok := logTime(string(full), "evicting pod")
 			if !ok {
-				t.Fatalf("sandbox stopped, but not by cri-guard's eviction:\n%s", g.logTail())
+				t.Fatalf("sandbox stopped, but not by cri-guard's eviction:\n%s", g.LogTail())
 			}
 			if crossed.IsZero() {
 				crossed = started

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // fakeStats is a fake proc root (meminfo, pressure/memory) and an empty
@@ -18,11 +20,9 @@ type fakeStats struct {
 	proc, cgroup string
 }
 
-const memTotal = 16 << 30
-
 func newFakeStats(t *testing.T) *fakeStats {
 	t.Helper()
-	dir := shortTempDir(t)
+	dir := harness.ShortTempDir(t)
 	f := &fakeStats{proc: filepath.Join(dir, "proc"), cgroup: filepath.Join(dir, "cgroup")}
 	for _, d := range []string{filepath.Join(f.proc, "pressure"), f.cgroup} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -38,15 +38,13 @@ func newFakeStats(t *testing.T) *fakeStats {
 // replaced by rename so cri-guard never reads half of it.
 func (f *fakeStats) setAvailable(t *testing.T, b int64) {
 	t.Helper()
-	writeAtomic(t, filepath.Join(f.proc, "meminfo"), fmt.Sprintf(
-		"MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\nBuffers:        0 kB\nCached:         0 kB\n",
-		memTotal>>10, b>>10, b>>10))
+	harness.WriteMeminfo(t, filepath.Join(f.proc, "meminfo"), b)
 }
 
 // setPSI writes the node's memory pressure averages (percent).
 func (f *fakeStats) setPSI(t *testing.T, some, full float64) {
 	t.Helper()
-	writeAtomic(t, filepath.Join(f.proc, "pressure", "memory"), fmt.Sprintf(
+	harness.WriteAtomic(t, filepath.Join(f.proc, "pressure", "memory"), fmt.Sprintf(
 		"some avg10=%.2f avg60=%.2f avg300=0.00 total=1\nfull avg10=%.2f avg60=%.2f avg300=0.00 total=1\n", some, some, full, full))
 }
 
@@ -54,21 +52,10 @@ func (f *fakeStats) args() []string {
 	return []string{"--proc-root", f.proc, "--cgroup-root", f.cgroup}
 }
 
-func writeAtomic(t *testing.T, path, content string) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // writeConfig writes a cri-guard config file and returns the --config args.
 func writeConfig(t *testing.T, yaml string) []string {
 	t.Helper()
-	p := filepath.Join(shortTempDir(t), "cri-guard.yaml")
+	p := filepath.Join(harness.ShortTempDir(t), "cri-guard.yaml")
 	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +82,7 @@ func (f *fakeStats) withV1Memory(t *testing.T) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeAtomic(t, filepath.Join(root, "memory.usage_in_bytes"), "0\n")
+	harness.WriteAtomic(t, filepath.Join(root, "memory.usage_in_bytes"), "0\n")
 }
 
 // setPodMemory fakes a pod cgroup's v1 memory usage and request (soft limit).
@@ -105,8 +92,8 @@ func (f *fakeStats) setPodMemory(t *testing.T, cgroupParent string, usage, reque
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeAtomic(t, filepath.Join(dir, "memory.usage_in_bytes"), fmt.Sprintf("%d\n", usage))
-	writeAtomic(t, filepath.Join(dir, "memory.stat"), "cache 0\nrss 0\ntotal_inactive_file 0\n")
-	writeAtomic(t, filepath.Join(dir, "memory.limit_in_bytes"), "9223372036854771712\n")
-	writeAtomic(t, filepath.Join(dir, "memory.soft_limit_in_bytes"), fmt.Sprintf("%d\n", request))
+	harness.WriteAtomic(t, filepath.Join(dir, "memory.usage_in_bytes"), fmt.Sprintf("%d\n", usage))
+	harness.WriteAtomic(t, filepath.Join(dir, "memory.stat"), "cache 0\nrss 0\ntotal_inactive_file 0\n")
+	harness.WriteAtomic(t, filepath.Join(dir, "memory.limit_in_bytes"), "9223372036854771712\n")
+	harness.WriteAtomic(t, filepath.Join(dir, "memory.soft_limit_in_bytes"), fmt.Sprintf("%d\n", request))
 }

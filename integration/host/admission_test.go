@@ -1,11 +1,13 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestAdmissionUnderPressure: pressure comes from a fake stats tree; crictl
@@ -28,10 +30,10 @@ adminSocket: ""
 	g := startGuard(t, env, append(cfg, stats.args()...)...)
 	dir := t.TempDir()
 	runp := func(name, qos string, annotations map[string]string) (string, error) {
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		pc := qosPodConfig(name+"-"+uid[:6], uid, qos)
 		pc.Annotations = annotations
-		return crictlErr(env, g.socket, "runp", writeJSON(t, dir, uid+".json", pc))
+		return env.CrictlErr(g.Socket, "runp", writeJSON(t, dir, uid+".json", pc))
 	}
 
 	if id, err := runp("be-calm", "besteffort", nil); err != nil || id == "" {
@@ -57,7 +59,7 @@ adminSocket: ""
 	}
 
 	// containerd never saw the refused pod
-	if got := crictl(t, env, env.containerd, "pods", "-q", "--name", "be-pressure"); got != "" {
+	if got := env.Crictl(t, env.Containerd, "pods", "-q", "--name", "be-pressure"); got != "" {
 		t.Errorf("containerd has the refused sandbox: %q", got)
 	}
 
@@ -69,7 +71,7 @@ adminSocket: ""
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("BestEffort pod still refused 20s after the pressure ended: %v\n%s", err, g.logTail())
+			t.Fatalf("BestEffort pod still refused 20s after the pressure ended: %v\n%s", err, g.LogTail())
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // critestSkips are the specs that fail against containerd 1.6 itself, or need
@@ -70,22 +72,22 @@ func TestParseCritest(t *testing.T) {
 
 // runCritest runs the CRI validation suite against socket, in parallel with
 // the ginkgo CLI when it is there.
-func runCritest(t *testing.T, env runtimeEnv, socket, name string) critestResult {
+func runCritest(t *testing.T, env harness.Runtime, socket, name string) critestResult {
 	t.Helper()
 	args := []string{
 		"--runtime-endpoint", "unix://" + socket, "--image-endpoint", "unix://" + socket,
-		"--test-images-file", env.images, "--ginkgo.no-color",
+		"--test-images-file", env.Images, "--ginkgo.no-color",
 	}
 	for _, s := range critestSkips {
 		args = append(args, "--ginkgo.skip", s)
 	}
-	if _, err := os.Stat(env.ginkgo); err == nil {
+	if _, err := os.Stat(env.GinkgoBin); err == nil {
 		args = append(args, "--parallel=2")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, env.critest, args...)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(env.ginkgo)+":"+os.Getenv("PATH"))
+	cmd := exec.CommandContext(ctx, env.CritestBin, args...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(env.GinkgoBin)+":"+os.Getenv("PATH"))
 	cmd.Dir = t.TempDir()
 	// Streamed to a file, not buffered: a slow or stuck run can be watched.
 	logPath := filepath.Join(os.TempDir(), "cri-guard-critest-"+name+".log")
@@ -113,19 +115,19 @@ func runCritest(t *testing.T, env runtimeEnv, socket, name string) critestResult
 // through cri-guard: cri-guard must pass exactly what containerd passes.
 func TestCritest(t *testing.T) {
 	env := needRuntime(t)
-	if _, err := os.Stat(env.critest); err != nil {
-		t.Skipf("no critest at %s: run `scripts/rt.sh up`", env.critest)
+	if _, err := os.Stat(env.CritestBin); err != nil {
+		t.Skipf("no critest at %s: run `scripts/rt.sh up`", env.CritestBin)
 	}
-	direct := runCritest(t, env, env.containerd, "direct")
+	direct := runCritest(t, env, env.Containerd, "direct")
 	if direct.failed != 0 {
 		// The baseline must be clean (here: 90 passed, 0 failed); a spec can
 		// flake on a loaded machine (the OOM spec has a 1-minute deadline), so
 		// the direct run gets one more try before it is compared.
 		t.Logf("critest direct has failures (%s): running it once more", direct)
-		direct = runCritest(t, env, env.containerd, "direct-retry")
+		direct = runCritest(t, env, env.Containerd, "direct-retry")
 	}
 	g := startGuard(t, env)
-	through := runCritest(t, env, g.socket, "cri-guard")
+	through := runCritest(t, env, g.Socket, "cri-guard")
 	if direct.passed == 0 {
 		t.Fatalf("critest direct passed nothing: %s", direct)
 	}

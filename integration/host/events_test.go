@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestContainerEventsStreamShared runs against containerd 1.7 (the socket
@@ -34,7 +36,7 @@ func TestContainerEventsStream(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
 	g := startGuard(t, env)
-	rt, _ := dialCRI(t, g.socket)
+	rt, _ := harness.DialCRI(t, g.Socket)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -61,7 +63,7 @@ func TestContainerEventsStream(t *testing.T) {
 	select {
 	case err := <-streamErr:
 		if status.Code(err) == codes.Unimplemented {
-			direct, _ := dialCRI(t, env.containerd)
+			direct, _ := harness.DialCRI(t, env.Containerd)
 			ds, derr := direct.GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
 			if derr == nil {
 				_, derr = ds.Recv()
@@ -76,7 +78,7 @@ func TestContainerEventsStream(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	run, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("events-"+uid[:6], uid)})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // The tests of issue 17 ("hostile host") items 3, 4 and 9 against the real
@@ -44,8 +45,8 @@ const hostileBound = 10 * time.Second
 
 // hostileGuard is a cri-guard with an admin socket and a metrics address.
 type hostileGuard struct {
-	*guard
-	env     runtimeEnv
+	*harness.Guard
+	env     harness.Runtime
 	admin   string
 	metrics string
 }
@@ -54,9 +55,9 @@ type hostileGuard struct {
 // config lines (YAML, at top level), plus housekeeping every 250ms, no PSI
 // trigger, the admin socket, the metrics address and the critical
 // namespaces of the sandboxes already on containerd.
-func startHostileGuard(t *testing.T, env runtimeEnv, stats *fakeStats, yaml string) *hostileGuard {
+func startHostileGuard(t *testing.T, env harness.Runtime, stats *fakeStats, yaml string) *hostileGuard {
 	t.Helper()
-	h := &hostileGuard{env: env, admin: filepath.Join(shortTempDir(t), "admin.sock"), metrics: freeLocalAddr(t)}
+	h := &hostileGuard{env: env, admin: filepath.Join(harness.ShortTempDir(t), "admin.sock"), metrics: freeLocalAddr(t)}
 	var quoted []string
 	for _, ns := range foreignNamespaces(t, env) {
 		quoted = append(quoted, strconv.Quote(ns))
@@ -68,7 +69,7 @@ metricsAddress: `+h.metrics+`
 adminSocket: `+h.admin+`
 critical: {namespaces: [`+strings.Join(quoted, ", ")+`]}
 `)
-	h.guard = startGuard(t, env, append(cfg, stats.args()...)...)
+	h.Guard = startGuard(t, env, append(cfg, stats.args()...)...)
 	// runs before startGuard's cleanup (SIGINT, 15 s): a cri-guard that
 	// hangs is killed at once when the test has failed
 	t.Cleanup(func() {
@@ -83,9 +84,9 @@ critical: {namespaces: [`+strings.Join(quoted, ", ")+`]}
 
 // foreignNamespaces lists the namespaces of the ready sandboxes on
 // containerd that are not hostileNamespace.
-func foreignNamespaces(t *testing.T, env runtimeEnv) []string {
+func foreignNamespaces(t *testing.T, env harness.Runtime) []string {
 	t.Helper()
-	rt, _ := dialCRI(t, env.containerd)
+	rt, _ := harness.DialCRI(t, env.Containerd)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
@@ -115,7 +116,7 @@ func hostilePod(name, uid string) *runtimeapi.PodSandboxConfig {
 // and returns the sandbox id, how long the answer took and the error.
 func (h *hostileGuard) runPod(t *testing.T, cfg *runtimeapi.PodSandboxConfig) (string, time.Duration, error) {
 	t.Helper()
-	rt, _ := dialCRI(t, h.socket)
+	rt, _ := harness.DialCRI(t, h.Socket)
 	ctx, cancel := context.WithTimeout(context.Background(), hostileBound)
 	defer cancel()
 	start := time.Now()
@@ -124,7 +125,7 @@ func (h *hostileGuard) runPod(t *testing.T, cfg *runtimeapi.PodSandboxConfig) (s
 }
 
 // status runs `cri-guard status --json` on the admin socket, bounded.
-func (h *hostileGuard) status() (admin.Status, error) { return statusOf(guardBin, h.admin) }
+func (h *hostileGuard) status() (admin.Status, error) { return harness.Status(guardBin, h.admin) }
 
 // mustStatus is status that fails the test on an error.
 func (h *hostileGuard) mustStatus(t *testing.T) admin.Status {
@@ -172,18 +173,16 @@ func metric(page, name, labels string) (float64, bool) {
 // guard.stop.
 func (h *hostileGuard) terminate(bound time.Duration) (time.Duration, error) {
 	start := time.Now()
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	_ = h.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-h.done:
-		h.done <- err
-		if err != nil {
+	case <-h.Done():
+		if err := h.Err(); err != nil {
 			return time.Since(start), fmt.Errorf("cri-guard exit after SIGTERM: %w", err)
 		}
 		return time.Since(start), nil
 	case <-time.After(bound):
-		_ = h.cmd.Process.Kill()
-		err := <-h.done
-		h.done <- err
+		_ = h.Cmd.Process.Kill()
+		<-h.Done()
 		return time.Since(start), fmt.Errorf("cri-guard did not exit within %s of SIGTERM (killed)", bound)
 	}
 }
@@ -191,8 +190,7 @@ func (h *hostileGuard) terminate(bound time.Duration) (time.Duration, error) {
 // exited reports whether the process has ended.
 func (h *hostileGuard) exited() bool {
 	select {
-	case err := <-h.done:
-		h.done <- err
+	case <-h.Done():
 		return true
 	default:
 		return false
@@ -201,13 +199,13 @@ func (h *hostileGuard) exited() bool {
 
 // logCount counts the lines of cri-guard's log that contain msg.
 func (h *hostileGuard) logCount(msg string) int {
-	b, _ := os.ReadFile(h.log)
+	b, _ := os.ReadFile(h.Log)
 	return strings.Count(string(b), msg)
 }
 
 // sandboxState is the sandbox's state as containerd reports it.
 func (h *hostileGuard) sandboxState(id string) string {
-	out, err := crictlErr(h.env, h.env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", id)
+	out, err := h.env.CrictlErr(h.env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", id)
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -283,7 +281,7 @@ func TestHostileStatsFIFO(t *testing.T) {
 		return err == nil && st.StatsError != "", ""
 	})
 
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	id, took, err := h.runPod(t, hostilePod("fifo", uid))
 	t.Logf("RunPodSandbox with a FIFO at meminfo answered in %v: %v (code %s, sandbox %q)", took.Round(time.Millisecond), err, status.Code(err), id)
 	if status.Code(err) == codes.DeadlineExceeded {
@@ -370,13 +368,13 @@ evictionPressureTransitionPeriod: 30s
 		}
 
 		reloads := h.logCount("eviction thresholds reloaded")
-		if err := h.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := h.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := waitUntil(hostileBound, func() (bool, string) {
 			return h.logCount("eviction thresholds reloaded") > reloads, ""
 		}); !ok {
-			t.Fatalf("SIGHUP not reloaded within %s\n%s", hostileBound, h.logTail())
+			t.Fatalf("SIGHUP not reloaded within %s\n%s", hostileBound, h.LogTail())
 		}
 		// two samples after the reload (a sleep might not hold two passes
 		// on a loaded machine)
@@ -391,7 +389,7 @@ evictionPressureTransitionPeriod: 30s
 		if !slices.Contains(st.Conditions, "MemoryPressure") {
 			t.Errorf("item 4: MemoryPressure dropped by a SIGHUP with the file unchanged, within its 30s transition period: conditions %v", st.Conditions)
 		}
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		id, took, err := h.runPod(t, hostilePod("reload", uid))
 		switch status.Code(err) {
 		case codes.ResourceExhausted:
@@ -411,7 +409,7 @@ evictionSoft: {memory.available: 1Gi}
 evictionSoftGracePeriod: {memory.available: 3s}
 evictionPressureTransitionPeriod: 5s
 `)
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		id, _, err := h.runPod(t, hostilePod("grace", uid))
 		if err != nil {
 			t.Fatalf("BestEffort pod without pressure: %v", err)
@@ -428,7 +426,7 @@ evictionPressureTransitionPeriod: 5s
 				case <-stop:
 					return
 				case <-tick.C:
-					_ = h.cmd.Process.Signal(syscall.SIGHUP)
+					_ = h.Cmd.Process.Signal(syscall.SIGHUP)
 				}
 			}
 		})
@@ -439,7 +437,7 @@ evictionPressureTransitionPeriod: 5s
 		if _, ok := waitUntil(hostileBound, func() (bool, string) {
 			return h.logCount("eviction thresholds reloaded") > reloads, ""
 		}); !ok {
-			t.Fatalf("SIGHUP not reloaded within %s\n%s", hostileBound, h.logTail())
+			t.Fatalf("SIGHUP not reloaded within %s\n%s", hostileBound, h.LogTail())
 		}
 
 		stats.setAvailable(t, 500<<20)
@@ -475,7 +473,7 @@ func TestHostileBrokenStatsFiles(t *testing.T) {
 evictionHard: {memory.available: 1Gi, `+psi+`: "90%"}
 evictionPressureTransitionPeriod: 30s
 `)
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	id, _, err := h.runPod(t, hostilePod("broken", uid))
 	if err != nil {
 		t.Fatalf("BestEffort pod without pressure: %v", err)
@@ -514,7 +512,7 @@ evictionPressureTransitionPeriod: 30s
 	}
 
 	// garbage in the PSI file: PSI is lost, memory.available still evicts
-	writeAtomic(t, pressureFile, "some avg10=banana avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+	harness.WriteAtomic(t, pressureFile, "some avg10=banana avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 	note, ok = waitUntil(5*time.Second, func() (bool, string) {
 		st, err := h.status()
 		if err != nil {

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"path/filepath"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestEvictionAfterFailedStop: the victim's stop fails because containerd
@@ -21,7 +22,7 @@ func TestEvictionAfterFailedStop(t *testing.T) {
 	removePodsAtCleanup(t, env)
 	stats := newFakeStats(t)
 	metricsAddr := freeLocalAddr(t)
-	adminSocket := filepath.Join(shortTempDir(t), "admin.sock")
+	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 evictionHard: {memory.available: 1Gi}
@@ -31,14 +32,14 @@ metricsAddress: `+metricsAddr+`
 adminSocket: `+adminSocket+`
 `)
 	g := startGuard(t, env, append(cfg, stats.args()...)...)
-	uid := newUID(t)
-	id := crictl(t, env, g.socket, "runp", writeJSON(t, t.TempDir(), "pod.json", qosPodConfig("failstop-"+uid[:6], uid, "besteffort")))
+	uid := harness.NewUID(t)
+	id := env.Crictl(t, g.Socket, "runp", writeJSON(t, t.TempDir(), "pod.json", qosPodConfig("failstop-"+uid[:6], uid, "besteffort")))
 
-	rtScriptRun(t, "stop-containerd")
+	harness.RunScript(t, "rt.sh", "stop-containerd")
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			rtScriptRun(t, "start-containerd")
+			harness.RunScript(t, "rt.sh", "start-containerd")
 		}
 	})
 	stats.setAvailable(t, 500<<20)
@@ -52,7 +53,7 @@ adminSocket: `+adminSocket+`
 		return int(v)
 	}
 	status := func() admin.Status {
-		st, err := statusOf(guardBin, adminSocket)
+		st, err := harness.Status(guardBin, adminSocket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ adminSocket: `+adminSocket+`
 	deadline := time.Now().Add(30 * time.Second)
 	for counter("cri_guard_eviction_failures_total") < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no failed eviction counted within 30s with containerd down\n%s", g.logTail())
+			t.Fatalf("no failed eviction counted within 30s with containerd down\n%s", g.LogTail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -82,11 +83,11 @@ adminSocket: `+adminSocket+`
 	}
 	failures := counter("cri_guard_eviction_failures_total")
 
-	rtScriptRun(t, "start-containerd")
+	harness.RunScript(t, "rt.sh", "start-containerd")
 	restarted = true
 	back := time.Now()
 	state := func() string {
-		out, err := crictlErr(env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", id)
+		out, err := env.CrictlErr(env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", id)
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -95,7 +96,7 @@ adminSocket: `+adminSocket+`
 	deadline = time.Now().Add(60 * time.Second)
 	for state() != "SANDBOX_NOTREADY" {
 		if time.Now().After(deadline) {
-			t.Fatalf("pod not evicted within 60s of containerd's return (state %s)\n%s", state(), g.logTail())
+			t.Fatalf("pod not evicted within 60s of containerd's return (state %s)\n%s", state(), g.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -103,13 +104,13 @@ adminSocket: `+adminSocket+`
 	deadline = time.Now().Add(10 * time.Second)
 	for counter("cri_guard_evictions_total") < 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("eviction not counted after the sandbox stopped\n%s", g.logTail())
+			t.Fatalf("eviction not counted after the sandbox stopped\n%s", g.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	again := qosPodConfig("failstop-"+uid[:6], uid, "besteffort")
 	again.Metadata.Attempt = 1
-	if _, err := crictlErr(env, g.socket, "runp", writeJSON(t, t.TempDir(), "again.json", again)); err == nil {
+	if _, err := env.CrictlErr(g.Socket, "runp", writeJSON(t, t.TempDir(), "again.json", again)); err == nil {
 		t.Fatal("recreation of the evicted pod admitted under pressure")
 	}
 }

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // cutProxy relays unix socket connections from cri-guard to containerd's
@@ -36,7 +38,7 @@ type proxyConn struct {
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
-	p := &cutProxy{socket: filepath.Join(shortTempDir(t), "proxy.sock")}
+	p := &cutProxy{socket: filepath.Join(harness.ShortTempDir(t), "proxy.sock")}
 	ln, err := net.Listen("unix", p.socket)
 	if err != nil {
 		t.Fatal(err)

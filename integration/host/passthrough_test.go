@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestCrictlLifecycle drives a whole pod lifecycle with crictl through
@@ -24,24 +26,24 @@ func TestCrictlLifecycle(t *testing.T) {
 	removePodsAtCleanup(t, env)
 	g := startGuard(t, env)
 	dir := t.TempDir()
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 
-	version := crictl(t, env, g.socket, "version")
+	version := env.Crictl(t, g.Socket, "version")
 	if !strings.Contains(version, "RuntimeName:  containerd") {
 		t.Fatalf("crictl version through cri-guard = %q, want containerd", version)
 	}
 	// The daemon re-executed itself (same PID) with sysmon kept awake.
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.cmd.Process.Pid))
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(strings.Split(string(environ), "\x00"), "GODEBUG=schedtrace=2147483647") {
-		t.Errorf("cri-guard pid %d runs without GODEBUG=schedtrace=2147483647", g.cmd.Process.Pid)
+		t.Errorf("cri-guard pid %d runs without GODEBUG=schedtrace=2147483647", g.Cmd.Process.Pid)
 	}
 
-	crictl(t, env, g.socket, "pull", busyboxImage)
-	images := crictl(t, env, g.socket, "images", "-q")
-	direct := crictl(t, env, env.containerd, "images", "-q")
+	env.Crictl(t, g.Socket, "pull", harness.BusyboxImage)
+	images := env.Crictl(t, g.Socket, "images", "-q")
+	direct := env.Crictl(t, env.Containerd, "images", "-q")
 	if images != direct || images == "" {
 		t.Fatalf("crictl images through cri-guard:\n%s\ndirect:\n%s", images, direct)
 	}
@@ -51,26 +53,26 @@ func TestCrictlLifecycle(t *testing.T) {
 	podJSON := writeJSON(t, dir, "pod.json", pcfg)
 	ctrJSON := writeJSON(t, dir, "ctr.json", map[string]any{
 		"metadata": map[string]any{"name": "sleeper"},
-		"image":    map[string]any{"image": busyboxImage},
+		"image":    map[string]any{"image": harness.BusyboxImage},
 		"command":  []string{"sh", "-c", "echo hello-from-cri-guard; exec sleep 3600"},
 		"log_path": "sleeper.log",
 		"linux":    map[string]any{},
 	})
-	pod := crictl(t, env, g.socket, "runp", podJSON)
-	if got := crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", pod); got != "SANDBOX_READY" {
+	pod := env.Crictl(t, g.Socket, "runp", podJSON)
+	if got := env.Crictl(t, env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", pod); got != "SANDBOX_READY" {
 		t.Fatalf("sandbox %s state seen by containerd = %q, want SANDBOX_READY", pod, got)
 	}
-	ctr := crictl(t, env, g.socket, "create", pod, ctrJSON, podJSON)
-	crictl(t, env, g.socket, "start", ctr)
-	if got := crictl(t, env, g.socket, "inspect", "-o", "go-template", "--template", "{{.status.state}}", ctr); got != "CONTAINER_RUNNING" {
+	ctr := env.Crictl(t, g.Socket, "create", pod, ctrJSON, podJSON)
+	env.Crictl(t, g.Socket, "start", ctr)
+	if got := env.Crictl(t, g.Socket, "inspect", "-o", "go-template", "--template", "{{.status.state}}", ctr); got != "CONTAINER_RUNNING" {
 		t.Fatalf("container %s state = %q, want CONTAINER_RUNNING", ctr, got)
 	}
-	if got := crictl(t, env, g.socket, "exec", ctr, "sh", "-c", "echo $((6*7))"); got != "42" {
+	if got := env.Crictl(t, g.Socket, "exec", ctr, "sh", "-c", "echo $((6*7))"); got != "42" {
 		t.Fatalf("crictl exec = %q, want 42", got)
 	}
 	var logs string
 	for i := 0; i < 50; i++ { // the log line is written asynchronously
-		if logs = crictl(t, env, g.socket, "logs", ctr); strings.Contains(logs, "hello-from-cri-guard") {
+		if logs = env.Crictl(t, g.Socket, "logs", ctr); strings.Contains(logs, "hello-from-cri-guard") {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -78,21 +80,21 @@ func TestCrictlLifecycle(t *testing.T) {
 	if !strings.Contains(logs, "hello-from-cri-guard") {
 		t.Fatalf("crictl logs = %q, want hello-from-cri-guard", logs)
 	}
-	if stats := crictl(t, env, g.socket, "stats", "-o", "json", ctr); !strings.Contains(stats, ctr) {
+	if stats := env.Crictl(t, g.Socket, "stats", "-o", "json", ctr); !strings.Contains(stats, ctr) {
 		t.Fatalf("crictl stats does not mention %s: %s", ctr, stats)
 	}
-	if ps := crictl(t, env, g.socket, "ps", "-q", "--pod", pod); ps != ctr {
+	if ps := env.Crictl(t, g.Socket, "ps", "-q", "--pod", pod); ps != ctr {
 		t.Fatalf("crictl ps --pod = %q, want %q", ps, ctr)
 	}
-	crictl(t, env, g.socket, "stop", ctr)
-	crictl(t, env, g.socket, "rm", ctr)
-	crictl(t, env, g.socket, "stopp", pod)
-	crictl(t, env, g.socket, "rmp", pod)
-	if _, err := crictlErr(env, env.containerd, "inspectp", pod); err == nil {
+	env.Crictl(t, g.Socket, "stop", ctr)
+	env.Crictl(t, g.Socket, "rm", ctr)
+	env.Crictl(t, g.Socket, "stopp", pod)
+	env.Crictl(t, g.Socket, "rmp", pod)
+	if _, err := env.CrictlErr(env.Containerd, "inspectp", pod); err == nil {
 		t.Fatalf("sandbox %s still known to containerd after rmp through cri-guard", pod)
 	}
 	// An error status passes through: the sandbox is gone.
-	if _, err := crictlErr(env, g.socket, "inspectp", pod); err == nil || !strings.Contains(err.Error(), "NotFound") {
+	if _, err := env.CrictlErr(g.Socket, "inspectp", pod); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Fatalf("crictl inspectp of a removed sandbox through cri-guard: %v, want NotFound", err)
 	}
 }
@@ -103,14 +105,14 @@ func TestCRIClientLifecycle(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
 	g := startGuard(t, env)
-	rt, img := dialCRI(t, g.socket)
+	rt, img := harness.DialCRI(t, g.Socket)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	if _, err := img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: busyboxImage}}); err != nil {
+	if _, err := img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: harness.BusyboxImage}}); err != nil {
 		t.Fatalf("PullImage: %v", err)
 	}
-	st, err := img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: busyboxImage}})
+	st, err := img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: harness.BusyboxImage}})
 	if err != nil || st.Image == nil {
 		t.Fatalf("ImageStatus = %v, %v; want the image", st, err)
 	}
@@ -119,7 +121,7 @@ func TestCRIClientLifecycle(t *testing.T) {
 		t.Fatal("PullImage of a missing image succeeded")
 	}
 
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	cfg := podConfig("client-"+uid[:6], uid)
 	run, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
@@ -131,7 +133,7 @@ func TestCRIClientLifecycle(t *testing.T) {
 		SandboxConfig: cfg,
 		Config: &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: "sleeper"},
-			Image:    &runtimeapi.ImageSpec{Image: busyboxImage},
+			Image:    &runtimeapi.ImageSpec{Image: harness.BusyboxImage},
 			Command:  []string{"sleep", "3600"},
 		},
 	})

@@ -1,15 +1,16 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestRealPSIEviction: a pod whose container makes real memory pressure
@@ -28,7 +29,7 @@ func TestRealPSIEviction(t *testing.T) {
 		t.Skip("kernel without PSI (/proc/pressure/memory): nothing to trigger on")
 	}
 	removePodsAtCleanup(t, env)
-	hog := buildMemhog(t)
+	hog := harness.BuildMemhog(t)
 	results := map[string]time.Duration{}
 	for _, mode := range []struct{ name, trigger string }{
 		{"psi-trigger", `"some 100000 2000000"`}, // the default
@@ -45,7 +46,7 @@ func TestRealPSIEviction(t *testing.T) {
 		results["psi-trigger"].Round(10*time.Millisecond), results["housekeeping-only"].Round(10*time.Millisecond))
 }
 
-func evictHog(t *testing.T, env runtimeEnv, hog, trigger string) time.Duration {
+func evictHog(t *testing.T, env harness.Runtime, hog, trigger string) time.Duration {
 	cfg := writeConfig(t, `
 housekeepingInterval: 10s
 podsCgroup: `+podCgroupRoot+`
@@ -58,14 +59,14 @@ adminSocket: ""
 `)
 	g := startGuard(t, env, cfg...)
 	dir := t.TempDir()
-	data := shortTempDir(t)
-	uid := newUID(t)
+	data := harness.ShortTempDir(t)
+	uid := harness.NewUID(t)
 	pc := qosPodConfig("hog-"+uid[:6], uid, "besteffort")
 	pc.LogDirectory = filepath.Join(dir, "logs")
 	podJSON := writeJSON(t, dir, "pod.json", pc)
 	ctrJSON := writeJSON(t, dir, "ctr.json", map[string]any{
 		"metadata": map[string]any{"name": "memhog"},
-		"image":    map[string]any{"image": busyboxImage},
+		"image":    map[string]any{"image": harness.BusyboxImage},
 		"command":  []string{"/memhog", "-file", "/data/hog", "-size", "400"},
 		"log_path": "memhog.log",
 		"mounts": []map[string]any{
@@ -74,31 +75,31 @@ adminSocket: ""
 		},
 		"linux": map[string]any{"resources": map[string]any{"memory_limit_in_bytes": 256 << 20}},
 	})
-	pod := crictl(t, env, g.socket, "runp", podJSON)
-	ctr := crictl(t, env, g.socket, "create", pod, ctrJSON, podJSON)
+	pod := env.Crictl(t, g.Socket, "runp", podJSON)
+	ctr := env.Crictl(t, g.Socket, "create", pod, ctrJSON, podJSON)
 	pressureFile := filepath.Join("/sys/fs/cgroup/unified", podCgroupRoot, "memory.pressure")
 	total0 := stallTotal(pressureFile)
-	crictl(t, env, g.socket, "start", ctr)
+	env.Crictl(t, g.Socket, "start", ctr)
 	started := time.Now()
 	var onset time.Time // first stall of the pods cgroup after the start
 	for {
 		if onset.IsZero() && stallTotal(pressureFile) > total0 {
 			onset = time.Now()
 		}
-		st := crictl(t, env, env.containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", pod)
+		st := env.Crictl(t, env.Containerd, "inspectp", "-o", "go-template", "--template", "{{.status.state}}", pod)
 		if st == "SANDBOX_NOTREADY" {
 			break
 		}
 		if time.Since(started) > 60*time.Second {
-			t.Fatalf("memhog pod not evicted within 60s\n%s", g.logTail())
+			t.Fatalf("memhog pod not evicted within 60s\n%s", g.LogTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	stopped := time.Now()
-	full, _ := os.ReadFile(g.log)
+	full, _ := os.ReadFile(g.Log)
 	decided, ok := logTime(string(full), "evicting pod")
 	if !ok {
-		t.Fatalf("sandbox stopped, but not by cri-guard's eviction:\n%s", g.logTail())
+		t.Fatalf("sandbox stopped, but not by cri-guard's eviction:\n%s", g.LogTail())
 	}
 	if onset.IsZero() {
 		onset = started
@@ -163,27 +164,4 @@ func waitCalm(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("memory PSI of %s did not calm down within 90s", p)
-}
-
-// buildMemhog builds tools/memhog (static) into a temporary directory.
-func buildMemhog(t *testing.T) string {
-	t.Helper()
-	hog := filepath.Join(shortTempDir(t), "memhog")
-	build := exec.Command("go", "build", "-o", hog, "./tools/memhog")
-	build.Dir = repoRoot(t)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build memhog: %v\n%s", err, out)
-	}
-	return hog
-}
-
-// repoRoot is the module root (the integration tests run in integration/).
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(wd)
 }

@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/admin"
 	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -44,7 +45,7 @@ const putErrors = `cri_guard_checkpoint_operations_total{op="put",result="error"
 func TestHostileFullDiskKeepsGuard(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
-	run := "fulldisk" + newUID(t)[:8]
+	run := "fulldisk" + harness.NewUID(t)[:8]
 	removeRunAtCleanup(t, env, run)
 	if n := foreignReadySandboxes(t, env, run); n > 0 {
 		// cri-guard adopts them at start-up and would evict them under the pressure
@@ -63,11 +64,11 @@ adminSocket: ""
 	gp := newGuardProc(t, env, append(cfg, stats.args()...)...)
 	stateOnTmpfs(t, gp)
 	gp.start()
-	conn := dialSocket(t, gp.socket)
+	conn := harness.Dial(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	pc := qosPodConfig("fulldisk-"+uid[:6], uid, "burstable")
 	pc.Labels[runLabel] = run
 	id, err := runPod(rt, pc)
@@ -86,7 +87,7 @@ adminSocket: ""
 		metricValue(t, metricsAddr, "cri_guard_evictions_total") < 1 || metricValue(t, metricsAddr, putErrors) < 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("pod not evicted (state %s, evictions %v, failed writes %v) within 30s of the pressure\n%s",
-				sandboxState(t, env, id), metricValue(t, metricsAddr, "cri_guard_evictions_total"), metricValue(t, metricsAddr, putErrors), gp.cur.logTail())
+				sandboxState(t, env, id), metricValue(t, metricsAddr, "cri_guard_evictions_total"), metricValue(t, metricsAddr, putErrors), gp.cur.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -119,7 +120,7 @@ adminSocket: ""
 	}
 	// admission alone admits a Burstable pod under this pressure: the
 	// refusal came from the re-admission guard
-	other := newUID(t)
+	other := harness.NewUID(t)
 	control := qosPodConfig("fulldisk-"+other[:6], other, "burstable")
 	control.Labels[runLabel] = run
 	if _, err := runPod(rt, control); err != nil {
@@ -135,7 +136,7 @@ adminSocket: ""
 func TestHostileFullDiskAdmits(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
-	run := "fulladmit" + newUID(t)[:8]
+	run := "fulladmit" + harness.NewUID(t)[:8]
 	removeRunAtCleanup(t, env, run)
 	metricsAddr := freeLocalAddr(t)
 	cfg := writeConfig(t, `
@@ -148,13 +149,13 @@ adminSocket: ""
 	stateOnTmpfs(t, gp)
 	free := fillDisk(t, gp.stateDir)
 	gp.start()
-	conn := dialSocket(t, gp.socket)
+	conn := harness.Dial(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 
 	pods := map[string]*runtimeapi.PodSandboxConfig{}
 	for _, kind := range []string{"static", "ordinary"} {
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		pc := qosPodConfig(kind+"-"+uid[:6], uid, "besteffort")
 		pc.Labels[runLabel] = run
 		if kind == "static" {
@@ -180,7 +181,7 @@ adminSocket: ""
 	if n := metricValue(t, metricsAddr, putErrors); n < 2 {
 		t.Errorf("%s = %v after two pods with the state disk full, want at least 2", putErrors, n)
 	}
-	logb, err := os.ReadFile(gp.cur.log)
+	logb, err := os.ReadFile(gp.cur.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func stateOnTmpfs(t *testing.T, gp *guardProc) {
 	}
 	t.Cleanup(func() {
 		if gp.cur != nil {
-			gp.cur.stop(t)
+			gp.cur.Stop(t)
 			gp.cur = nil
 		}
 		if out, err := exec.Command("umount", gp.stateDir).CombinedOutput(); err != nil {
@@ -281,9 +282,9 @@ func runPod(rt runtimeapi.RuntimeServiceClient, pc *runtimeapi.PodSandboxConfig)
 }
 
 // sandboxState is the sandbox's state as containerd tells it.
-func sandboxState(t *testing.T, env runtimeEnv, id string) runtimeapi.PodSandboxState {
+func sandboxState(t *testing.T, env harness.Runtime, id string) runtimeapi.PodSandboxState {
 	t.Helper()
-	conn := dialSocket(t, env.containerd)
+	conn := harness.Dial(t, env.Containerd)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -299,7 +300,7 @@ func sandboxState(t *testing.T, env runtimeEnv, id string) runtimeapi.PodSandbox
 func waitRecord(t *testing.T, gp *guardProc, run, key string, wait time.Duration, what string, ok func(checkpoint.Record) bool) {
 	t.Helper()
 	if err := waitRecordErr(gp, run, key, wait, ok); err != nil {
-		t.Fatalf("%s: %v\n%s", what, err, gp.cur.logTail())
+		t.Fatalf("%s: %v\n%s", what, err, gp.cur.LogTail())
 	}
 }
 
@@ -361,8 +362,8 @@ const (
 func TestHostileHugeSandboxConfigs(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
-	run := "huge" + newUID(t)[:8]
-	big := dialBig(t, env.containerd)
+	run := "huge" + harness.NewUID(t)[:8]
+	big := dialBig(t, env.Containerd)
 	var huge []string
 	t.Cleanup(func() { // before removePodsAtCleanup, whose list would fail
 		for _, id := range huge {
@@ -372,7 +373,7 @@ func TestHostileHugeSandboxConfigs(t *testing.T) {
 	value := strings.Repeat("x", hugeValue)
 	start := time.Now()
 	for i := range hugeSandboxes {
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		pc := qosPodConfig(fmt.Sprintf("huge%d-%s", i, uid[:6]), uid, "besteffort")
 		pc.Hostname = "" // host network: no CNI set-up for these
 		pc.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{
@@ -398,7 +399,7 @@ func TestHostileHugeSandboxConfigs(t *testing.T) {
 	}
 
 	metricsAddr := freeLocalAddr(t)
-	adminSocket := filepath.Join(shortTempDir(t), "admin.sock")
+	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 psiTrigger: ""
@@ -423,10 +424,10 @@ adminSocket: `+adminSocket+`
 	}
 	t.Logf("degraded: %s", st.Degraded)
 
-	conn := dialSocket(t, gp.socket)
+	conn := harness.Dial(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	pc := qosPodConfig("beside-huge-"+uid[:6], uid, "besteffort")
 	pc.Labels[runLabel] = run
 	id, err := runPod(rt, pc)
@@ -460,7 +461,7 @@ adminSocket: `+adminSocket+`
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still degraded 20s after the huge sandboxes were removed: %s\n%s", st.Degraded, gp.cur.logTail())
+			t.Fatalf("still degraded 20s after the huge sandboxes were removed: %s\n%s", st.Degraded, gp.cur.LogTail())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

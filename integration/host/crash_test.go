@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -18,14 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -36,21 +34,21 @@ const runLabel = "cri-guard-run"
 // guardProc runs cri-guard on a fixed socket and state dir across restarts.
 type guardProc struct {
 	t        *testing.T
-	env      runtimeEnv
+	env      harness.Runtime
 	socket   string
 	stateDir string
 	extra    []string
 	dir      string
 	starts   int
-	cur      *guard
+	cur      *harness.Guard
 }
 
-func newGuardProc(t *testing.T, env runtimeEnv, extra ...string) *guardProc {
-	dir := shortTempDir(t)
+func newGuardProc(t *testing.T, env harness.Runtime, extra ...string) *guardProc {
+	dir := harness.ShortTempDir(t)
 	gp := &guardProc{t: t, env: env, socket: filepath.Join(dir, "cri-guard.sock"), stateDir: filepath.Join(dir, "state"), extra: extra, dir: dir}
 	t.Cleanup(func() {
 		if gp.cur != nil {
-			gp.cur.stop(t)
+			gp.cur.Stop(t)
 		}
 	})
 	return gp
@@ -72,56 +70,31 @@ func (gp *guardProc) startWithin(bound time.Duration) error {
 	t := gp.t
 	t.Helper()
 	gp.starts++
-	g := &guard{socket: gp.socket, log: filepath.Join(gp.dir, fmt.Sprintf("cri-guard-%02d.log", gp.starts)), done: make(chan error, 1)}
-	logf, err := os.Create(g.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"--listen", gp.socket, "--runtime-endpoint", gp.env.containerd, "--log-level", "debug",
-		"--state-dir", gp.stateDir}, gp.extra...)
-	g.cmd = exec.Command(guardBin, args...)
-	g.cmd.Stdout, g.cmd.Stderr = logf, logf
-	if err := g.cmd.Start(); err != nil {
-		t.Fatalf("start cri-guard: %v", err)
-	}
-	go func() { g.done <- g.cmd.Wait(); logf.Close() }()
+	g := harness.Spawn(t, guardBin, gp.socket, filepath.Join(gp.dir, fmt.Sprintf("cri-guard-%02d.log", gp.starts)),
+		append([]string{"--runtime-endpoint", gp.env.Containerd, "--state-dir", gp.stateDir}, gp.extra...)...)
 	gp.cur = g
-	conn := dialSocket(t, gp.socket)
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	deadline := time.Now().Add(bound)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case werr := <-g.done:
-			g.done <- werr
-			gp.cur = nil
-			return fmt.Errorf("exited at start-up: %v\n%s", werr, g.logTail())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not answering Version %v after its start (it does not listen): %v\n%s", bound, err, g.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
+	served, exited, err := g.ServesOrExits(t, bound)
+	switch {
+	case exited:
+		gp.cur = nil
+		return fmt.Errorf("exited at start-up: %v\n%s", err, g.LogTail())
+	case !served:
+		return fmt.Errorf("not answering Version %v after its start (it does not listen): %v\n%s", bound, err, g.LogTail())
 	}
+	return nil
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (gp *guardProc) kill() {
 	g := gp.cur
 	gp.cur = nil
-	if err := g.cmd.Process.Kill(); err != nil {
+	if err := g.Cmd.Process.Kill(); err != nil {
 		gp.t.Fatalf("kill cri-guard: %v", err)
 	}
-	err := <-g.done
+	err := g.Err()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != -1 {
-		gp.t.Fatalf("cri-guard exit after SIGKILL: %v, want killed by signal\n%s", err, g.logTail())
+		gp.t.Fatalf("cri-guard exit after SIGKILL: %v, want killed by signal\n%s", err, g.LogTail())
 	}
 }
 
@@ -130,23 +103,23 @@ func (gp *guardProc) signal(sig os.Signal) {
 	gp.t.Helper()
 	g := gp.cur
 	gp.cur = nil
-	if err := g.cmd.Process.Signal(sig); err != nil {
+	if err := g.Cmd.Process.Signal(sig); err != nil {
 		gp.t.Fatalf("signal cri-guard: %v", err)
 	}
 	select {
-	case err := <-g.done:
-		if err != nil {
-			gp.t.Fatalf("cri-guard exit after %v: %v\n%s", sig, err, g.logTail())
+	case <-g.Done():
+		if err := g.Err(); err != nil {
+			gp.t.Fatalf("cri-guard exit after %v: %v\n%s", sig, err, g.LogTail())
 		}
 	case <-time.After(30 * time.Second):
-		_ = g.cmd.Process.Kill()
-		gp.t.Fatalf("cri-guard did not stop within 30s of %v\n%s", sig, g.logTail())
+		_ = g.Cmd.Process.Kill()
+		gp.t.Fatalf("cri-guard did not stop within 30s of %v\n%s", sig, g.LogTail())
 	}
 }
 
 // terminate stops cri-guard with SIGINT, failing the test on an unclean exit.
 func (gp *guardProc) terminate() {
-	gp.cur.stop(gp.t)
+	gp.cur.Stop(gp.t)
 	gp.cur = nil
 }
 
@@ -192,26 +165,10 @@ func (gp *guardProc) restoreTotals() map[string]int {
 
 var restoreField = regexp.MustCompile(`\b(records|dropped|completed|adopted|admitted|refused|evicting)=(\d+)`)
 
-// dialSocket is a CRI connection that reconnects quickly after the server
-// restarts (the default backoff grows to two minutes).
-func dialSocket(t *testing.T, socket string) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient("unix://"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.5, MaxDelay: 200 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		}))
-	if err != nil {
-		t.Fatalf("dial %s: %v", socket, err)
-	}
-	return conn
-}
-
 // containerdSandboxes lists this run's sandboxes directly on containerd.
-func containerdSandboxes(t *testing.T, env runtimeEnv, run string) map[string]*runtimeapi.PodSandbox {
+func containerdSandboxes(t *testing.T, env harness.Runtime, run string) map[string]*runtimeapi.PodSandbox {
 	t.Helper()
-	conn := dialSocket(t, env.containerd)
+	conn := harness.Dial(t, env.Containerd)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -232,9 +189,9 @@ func containerdSandboxes(t *testing.T, env runtimeEnv, run string) map[string]*r
 // containerd, one bounded call at a time (a loaded machine needs more than
 // removePodsAtCleanup's shared minute for fifty of them). Registered after
 // removePodsAtCleanup, it runs before it.
-func removeRunAtCleanup(t *testing.T, env runtimeEnv, run string) {
+func removeRunAtCleanup(t *testing.T, env harness.Runtime, run string) {
 	t.Cleanup(func() {
-		conn := dialSocket(t, env.containerd)
+		conn := harness.Dial(t, env.Containerd)
 		defer conn.Close()
 		rt := runtimeapi.NewRuntimeServiceClient(conn)
 		ids := make(chan string)
@@ -386,7 +343,7 @@ func TestCrashRestore(t *testing.T) {
 		minDelay  = 50 * time.Millisecond
 		killRange = 550 * time.Millisecond
 	)
-	run := "crash" + newUID(t)[:8]
+	run := "crash" + harness.NewUID(t)[:8]
 	removeRunAtCleanup(t, env, run)
 	// no metrics listener or admin socket: their default addresses are
 	// shared with every other cri-guard on this machine
@@ -396,7 +353,7 @@ adminSocket: ""
 `)...)
 	gp.start()
 
-	conn := dialSocket(t, gp.socket)
+	conn := harness.Dial(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
 	client := &crashClient{t: t, rt: runtimeapi.NewRuntimeServiceClient(conn), run: run, answered: map[string]string{}, found: map[string]string{}, superseded: map[string]string{}, errs: map[string]int{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

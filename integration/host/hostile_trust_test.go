@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/pod"
 )
 
@@ -54,7 +54,7 @@ func TestHostileForgedState(t *testing.T) {
 	calm := newFakeStats(t) // no pressure, whatever the host's
 
 	t.Run("forged record", func(t *testing.T) {
-		run := "forged" + newUID(t)[:8]
+		run := "forged" + harness.NewUID(t)[:8]
 		removeRunAtCleanup(t, env, run)
 		stats := newFakeStats(t)
 		// restoredPods is left at its default, enforce: restore stops what
@@ -63,7 +63,7 @@ func TestHostileForgedState(t *testing.T) {
 		gp := newGuardProc(t, env, append(cfg, stats.args()...)...)
 		gp.start()
 
-		conn := dialSocket(t, gp.socket)
+		conn := harness.Dial(t, gp.socket)
 		t.Cleanup(func() { conn.Close() })
 		rt := runtimeapi.NewRuntimeServiceClient(conn)
 		best := runBestEffort(t, rt, run, "besteffort", nil)
@@ -81,14 +81,14 @@ func TestHostileForgedState(t *testing.T) {
 			t.Helper()
 			sb, ok := containerdSandboxes(t, env, run)[id]
 			if !ok {
-				t.Fatalf("containerd no longer has sandbox %s\n%s", id, gp.cur.logTail())
+				t.Fatalf("containerd no longer has sandbox %s\n%s", id, gp.cur.LogTail())
 			}
 			return sb.State
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for state(best) == runtimeapi.PodSandboxState_SANDBOX_READY {
 			if time.Now().After(deadline) {
-				t.Fatalf("BestEffort sandbox %s still ready 30s after the restart under pressure\n%s", best, gp.cur.logTail())
+				t.Fatalf("BestEffort sandbox %s still ready 30s after the restart under pressure\n%s", best, gp.cur.LogTail())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -98,11 +98,11 @@ func TestHostileForgedState(t *testing.T) {
 		for time.Now().Before(watch) {
 			if got := state(critical); got != runtimeapi.PodSandboxState_SANDBOX_READY {
 				t.Fatalf("the static (critical) pod's sandbox %s is %s after a restart under pressure: cri-guard stopped it on the word of its forged checkpoint (critical and static cleared, evictable set, checksum valid)\n%s",
-					critical, got, gp.cur.logTail())
+					critical, got, gp.cur.LogTail())
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
-		b, _ := os.ReadFile(gp.cur.log)
+		b, _ := os.ReadFile(gp.cur.Log)
 		t.Logf("BestEffort %s stopped, static %s ready for 5s after; cri-guard said: %s", best, critical,
 			grepLines(string(b), "checkpoint disagrees"))
 	})
@@ -111,23 +111,23 @@ func TestHostileForgedState(t *testing.T) {
 		cfg := append(writeConfig(t, quietConfig), calm.args()...)
 		gp := newGuardProc(t, env, cfg...)
 		gp.start()
-		second := spawnGuard(t, filepath.Join(shortTempDir(t), "second.sock"),
-			append([]string{"--runtime-endpoint", env.containerd, "--state-dir", gp.stateDir}, cfg...)...)
-		served, exited, err := second.servesOrExits(t, 30*time.Second)
+		second := spawnGuard(t, filepath.Join(harness.ShortTempDir(t), "second.sock"),
+			append([]string{"--runtime-endpoint", env.Containerd, "--state-dir", gp.stateDir}, cfg...)...)
+		served, exited, err := second.ServesOrExits(t, 30*time.Second)
 		switch {
 		case served:
-			t.Errorf("a second cri-guard on the state dir of a running one started and serves on %s: want it refused\n%s", second.socket, second.logTail())
+			t.Errorf("a second cri-guard on the state dir of a running one started and serves on %s: want it refused\n%s", second.Socket, second.LogTail())
 		case !exited:
-			t.Errorf("a second cri-guard on a used state dir neither served nor exited within 30s\n%s", second.logTail())
+			t.Errorf("a second cri-guard on a used state dir neither served nor exited within 30s\n%s", second.LogTail())
 		case err == nil:
-			t.Errorf("the second cri-guard on a used state dir exited 0, want a failure\n%s", second.logTail())
-		case !strings.Contains(second.logTail(), "another cri-guard uses it"):
-			t.Errorf("the second cri-guard on a used state dir exited (%v) without saying another uses it:\n%s", err, second.logTail())
+			t.Errorf("the second cri-guard on a used state dir exited 0, want a failure\n%s", second.LogTail())
+		case !strings.Contains(second.LogTail(), "another cri-guard uses it"):
+			t.Errorf("the second cri-guard on a used state dir exited (%v) without saying another uses it:\n%s", err, second.LogTail())
 		default:
-			t.Logf("second cri-guard refused (%v): %s", err, grepLines(second.logTail(), "another cri-guard"))
+			t.Logf("second cri-guard refused (%v): %s", err, grepLines(second.LogTail(), "another cri-guard"))
 		}
 		// the first is untouched
-		conn := dialSocket(t, gp.socket)
+		conn := harness.Dial(t, gp.socket)
 		defer conn.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -137,7 +137,7 @@ func TestHostileForgedState(t *testing.T) {
 	})
 
 	t.Run("untrusted dir", func(t *testing.T) {
-		dir := shortTempDir(t)
+		dir := harness.ShortTempDir(t)
 		open := filepath.Join(dir, "open")
 		if err := os.Mkdir(open, 0o700); err != nil {
 			t.Fatal(err)
@@ -159,8 +159,8 @@ func TestHostileForgedState(t *testing.T) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				g := startGuard(t, env, append(append(writeConfig(t, quietConfig), calm.args()...), "--state-dir", tt.stateDir)...)
-				g.stop(t)
-				b, _ := os.ReadFile(g.log)
+				g.Stop(t)
+				b, _ := os.ReadFile(g.Log)
 				if w := warningsAbout(string(b), tt.stateDir, tt.says); w == "" {
 					t.Errorf("cri-guard used %s (%s) without a warning naming it; its warnings:\n%s", tt.what, tt.stateDir, grepLines(string(b), "level=warning"))
 				} else {
@@ -171,11 +171,11 @@ func TestHostileForgedState(t *testing.T) {
 	})
 
 	t.Run("huge file", func(t *testing.T) {
-		stateDir := filepath.Join(shortTempDir(t), "state")
+		stateDir := filepath.Join(harness.ShortTempDir(t), "state")
 		if err := os.Mkdir(stateDir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		big := filepath.Join(stateDir, newUID(t)+"_0.json")
+		big := filepath.Join(stateDir, harness.NewUID(t)+"_0.json")
 		f, err := os.Create(big)
 		if err != nil {
 			t.Fatal(err)
@@ -188,8 +188,8 @@ func TestHostileForgedState(t *testing.T) {
 		}
 		const limit = 200 << 20
 		g := startGuard(t, env, append(append(writeConfig(t, quietConfig), calm.args()...), "--state-dir", stateDir)...)
-		peak := peakRSS(t, g.cmd.Process.Pid)
-		rt, _ := dialCRI(t, g.socket)
+		peak := peakRSS(t, g.Cmd.Process.Pid)
+		rt, _ := harness.DialCRI(t, g.Socket)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err != nil {
@@ -220,9 +220,9 @@ func TestHostileBadRequests(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
 	cfg := append(writeConfig(t, quietConfig), newFakeStats(t).args()...) // no pressure, whatever the host's
-	stateDir := filepath.Join(shortTempDir(t), "state")
+	stateDir := filepath.Join(harness.ShortTempDir(t), "state")
 	g := startGuard(t, env, slices.Concat(cfg, []string{"--state-dir", stateDir})...)
-	rt, _ := dialCRI(t, g.socket)
+	rt, _ := harness.DialCRI(t, g.Socket)
 
 	t.Run("invalid uid", func(t *testing.T) {
 		for _, tt := range []struct{ name, uid string }{
@@ -231,7 +231,7 @@ func TestHostileBadRequests(t *testing.T) {
 			{name: "dot-dot", uid: ".."},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
-				good := newUID(t)
+				good := harness.NewUID(t)
 				pc := qosPodConfig("baduid-"+good[:6], good, "besteffort") // the cgroup parent stays sane
 				pc.Metadata.Uid = tt.uid
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -245,13 +245,13 @@ func TestHostileBadRequests(t *testing.T) {
 	})
 
 	t.Run("unknown runtime handler", func(t *testing.T) {
-		run := "nohandler" + newUID(t)[:8]
+		run := "nohandler" + harness.NewUID(t)[:8]
 		removeRunAtCleanup(t, env, run)
 		const calls = 50
 		seen := map[codes.Code]int{}
 		var last error
 		for i := range calls {
-			uid := newUID(t)
+			uid := harness.NewUID(t)
 			pc := qosPodConfig(fmt.Sprintf("nohandler-%02d-%s", i, uid[:6]), uid, "besteffort")
 			pc.Labels[runLabel] = run
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -273,14 +273,14 @@ func TestHostileBadRequests(t *testing.T) {
 	})
 
 	t.Run("connection lost mid-call", func(t *testing.T) {
-		run := "cut" + newUID(t)[:8]
+		run := "cut" + harness.NewUID(t)[:8]
 		removeRunAtCleanup(t, env, run)
-		proxy := newCutProxy(t, env.containerd)
+		proxy := newCutProxy(t, env.Containerd)
 		gp := newGuardProc(t, env, slices.Concat(cfg, []string{"--runtime-endpoint", proxy.socket})...)
 		gp.start()
-		conn := dialSocket(t, gp.socket)
+		conn := harness.Dial(t, gp.socket)
 		t.Cleanup(func() { conn.Close() })
-		uid := newUID(t)
+		uid := harness.NewUID(t)
 		pc := qosPodConfig("cut-"+uid[:6], uid, "besteffort")
 		pc.Labels[runLabel] = run
 		cut := proxy.arm(uid)
@@ -426,58 +426,22 @@ func shorten(s string) string {
 // spawnGuard starts cri-guard on socket with args, its output in a log file
 // beside the socket, without waiting for it; at cleanup it is stopped if it
 // still runs (SIGTERM, SIGKILL after 15s), whatever its exit.
-func spawnGuard(t *testing.T, socket string, args ...string) *guard {
+func spawnGuard(t *testing.T, socket string, args ...string) *harness.Guard {
 	t.Helper()
-	g := &guard{socket: socket, log: socket + ".log", done: make(chan error, 1)}
-	logf, err := os.Create(g.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.cmd = exec.Command(guardBin, append([]string{"--listen", socket, "--log-level", "debug"}, args...)...)
-	g.cmd.Stdout, g.cmd.Stderr = logf, logf
-	if err := g.cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatalf("start cri-guard: %v", err)
-	}
-	go func() { g.done <- g.cmd.Wait(); logf.Close() }()
+	g := harness.Spawn(t, guardBin, socket, socket+".log", args...)
 	t.Cleanup(func() {
 		select {
-		case err := <-g.done:
-			g.done <- err
+		case <-g.Done():
 			return
 		default:
 		}
-		_ = g.cmd.Process.Signal(syscall.SIGTERM)
+		_ = g.Cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-g.done:
+		case <-g.Done():
 		case <-time.After(15 * time.Second):
-			_ = g.cmd.Process.Kill()
-			<-g.done
+			_ = g.Cmd.Process.Kill()
+			<-g.Done()
 		}
 	})
 	return g
-}
-
-// servesOrExits waits at most timeout until g answers Version (served) or
-// exits (exited, with its exit error).
-func (g *guard) servesOrExits(t *testing.T, timeout time.Duration) (served, exited bool, exitErr error) {
-	t.Helper()
-	conn := dialSocket(t, g.socket)
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		select {
-		case err := <-g.done:
-			g.done <- err
-			return false, true, err
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
-		cancel()
-		if err == nil {
-			return true, false, nil
-		}
-	}
-	return false, false, nil
 }

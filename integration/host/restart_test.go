@@ -1,6 +1,6 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // TestContainerdRestart kills containerd under a running cri-guard: calls
@@ -21,7 +23,7 @@ func TestContainerdRestart(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
 	g := startGuard(t, env)
-	rt, _ := dialCRI(t, g.socket)
+	rt, _ := harness.DialCRI(t, g.Socket)
 	call := func(timeout time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -35,17 +37,17 @@ func TestContainerdRestart(t *testing.T) {
 	// A pod made before the outage must still be there after it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	uid := newUID(t)
+	uid := harness.NewUID(t)
 	run, err := rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("restart-"+uid[:6], uid)})
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
 	}
 
-	rtScriptRun(t, "stop-containerd")
+	harness.RunScript(t, "rt.sh", "stop-containerd")
 	restarted := false
 	t.Cleanup(func() {
 		if !restarted {
-			rtScriptRun(t, "start-containerd")
+			harness.RunScript(t, "rt.sh", "start-containerd")
 		}
 	})
 	for i := 0; i < 3; i++ {
@@ -58,12 +60,12 @@ func TestContainerdRestart(t *testing.T) {
 		t.Fatalf("Version during the outage: %v, want Unavailable", err)
 	}
 
-	rtScriptRun(t, "start-containerd") // returns once containerd answers on its socket
+	harness.RunScript(t, "rt.sh", "start-containerd") // returns once containerd answers on its socket
 	restarted = true
 	// containerd's CRI plugin answers "not initialized yet" for a while after
 	// its socket is back: measure the first success directly and through
 	// cri-guard in the same loop; cri-guard's own delay is the difference.
-	direct, _ := dialCRI(t, env.containerd)
+	direct, _ := harness.DialCRI(t, env.Containerd)
 	directCall := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -83,7 +85,7 @@ func TestContainerdRestart(t *testing.T) {
 			}
 		}
 		if time.Since(back) > 15*time.Second {
-			t.Fatalf("no recovery within 15s of containerd restarting (direct %v, through cri-guard %v): %v\n%s", directOK, proxyOK, lastErr, g.logTail())
+			t.Fatalf("no recovery within 15s of containerd restarting (direct %v, through cri-guard %v): %v\n%s", directOK, proxyOK, lastErr, g.LogTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -97,9 +99,8 @@ func TestContainerdRestart(t *testing.T) {
 		t.Fatalf("sandbox state after the restart = %s, want SANDBOX_READY", st.Status.State)
 	}
 	select {
-	case err := <-g.done:
-		g.done <- err
-		t.Fatalf("cri-guard exited during the test: %v", err)
+	case <-g.Done():
+		t.Fatalf("cri-guard exited during the test: %v", g.Err())
 	default:
 	}
 }

@@ -1,13 +1,14 @@
 //go:build integration
 
-package integration
+package host
 
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // guardBin is the cri-guard binary TestMain builds, or CRI_GUARD_BIN if
@@ -30,7 +31,7 @@ func runMain(m *testing.M) int {
 		guardBin = abs
 		return m.Run()
 	}
-	if _, err := lookupRuntime(); err == nil || os.Getenv("CRI_GUARD_RT_EVENTS") != "" {
+	if _, err := harness.LookupRuntime(); err == nil || os.Getenv("CRI_GUARD_RT_EVENTS") != "" {
 		dir, err := os.MkdirTemp("", "cri-guard-bin")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "integration:", err)
@@ -38,11 +39,7 @@ func runMain(m *testing.M) int {
 		}
 		defer os.RemoveAll(dir)
 		bin := filepath.Join(dir, "cri-guard")
-		// The shipped build tags (Makefile BUILD_TAGS), plus the race detector.
-		cmd := exec.Command("go", "build", "-race", "-tags", "grpcnotrace", "-o", bin, "./cmd/cri-guard")
-		cmd.Dir = ".."
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		if err := harness.BuildGuard(bin); err != nil {
 			fmt.Fprintln(os.Stderr, "integration: build cri-guard:", err)
 			return 1
 		}
