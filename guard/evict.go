@@ -22,6 +22,8 @@ type inFlight struct {
 	// killedAt is when the victim's containers were all stopped (their
 	// memory is uncharged then; the sandbox's stop goes on); zero before.
 	killedAt time.Time
+	// cutAt is when cutGrace sent the kill (graceCut).
+	cutAt time.Time
 }
 
 // evict is one eviction, start to end, as the owner runs it: the evictor
@@ -140,7 +142,7 @@ func (l *Loop) cutGrace() {
 
 // cutGraceOf kills f's victim's containers at once (cutGrace).
 func (l *Loop) cutGraceOf(f *inFlight, why string) {
-	f.graceCut = true
+	f.graceCut, f.cutAt = true, l.now()
 	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
 	go func() {
@@ -159,23 +161,34 @@ func (l *Loop) cutGraceOf(f *inFlight, why string) {
 // maxInFlight bounds the evictions under way at once (mayOverlap).
 const maxInFlight = 8
 
+// killLands is how long after a grace cut's kill was sent its victim's
+// memory is taken as free when the node is still a moment from OOM: a
+// SIGKILL lands and the process's memory is uncharged within a few ms,
+// while the runtime reports the container stopped only after its own
+// cleanup (400-500 ms seen here).
+const killLands = 100 * time.Millisecond
+
 // mayOverlap reports whether the next eviction may start while others are
-// under way (loop goroutine): the containers of every victim under way are
-// gone, so their memory is free, and a sample taken since still meets a
-// threshold on a memory signal. The kubelet waits for its victim's
-// cleanup; here the sandbox's teardown (hundreds of ms) would let a second
-// and third runaway reach the OOM killer meanwhile, and the memory it
-// waits for is already free.
+// under way (loop goroutine): the memory of every victim under way is free
+// (its containers reported stopped, or, with a memory signal under half of
+// a hard threshold, its grace cut's kill sent killLands ago), and a sample
+// taken since still meets a threshold on a memory signal. The kubelet
+// waits for its victim's cleanup; here the teardown (hundreds of ms) would
+// let a second and third runaway reach the OOM killer meanwhile, and the
+// memory it waits for is already free.
 func (l *Loop) mayOverlap() bool {
 	if len(l.inflight) >= maxInFlight {
 		return false
 	}
+	e := l.ev.Evaluation()
+	_, critical := e.MemoryCritical()
 	for _, f := range l.inflight {
-		if f.killedAt.IsZero() {
+		landed := critical && f.graceCut && l.now().Sub(f.cutAt) >= killLands
+		if f.killedAt.IsZero() && !landed {
 			return false
 		}
 	}
-	return l.ev.Evaluation().MemoryThresholdMet()
+	return e.MemoryThresholdMet()
 }
 
 // settleEviction records an eviction's outcome (loop goroutine). Only a

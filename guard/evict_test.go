@@ -419,3 +419,52 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 		t.Fatalf("decisions = %v, want two evictions", got)
 	}
 }
+
+// TestNextEvictionWhenMomentFromOOM: with a memory signal under half of
+// the hard threshold the victim's grace is cut (its kill sent), and when
+// the runtime has not yet reported its containers stopped killLands later
+// (containerd reports after its own cleanup) the next pod is chosen, also
+// without grace; not sooner.
+func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt.ctrHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	under := func() (ids []string, cut int) {
+		_ = h.loop.do(ctx, func() {
+			for _, f := range h.loop.inflight {
+				ids = append(ids, f.sandboxID)
+				if f.graceCut {
+					cut++
+				}
+			}
+		})
+		return ids, cut
+	}
+	h.sampler.set(400 << 20) // under half of 1Gi
+	for range 2 {            // the eviction, then its grace cut
+		if err := h.loop.syncOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, cut := under(); len(ids) != 1 || cut != 1 {
+		t.Fatalf("under way %v with %d cut, want one, cut (the kill is not yet known to have landed)", ids, cut)
+	}
+	time.Sleep(killLands + 20*time.Millisecond)
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, cut := under(); len(ids) != 2 || cut != 2 {
+		t.Fatalf("under way %v with %d cut, want both pods, both cut", ids, cut)
+	}
+	rt.mu.Lock()
+	close(rt.ctrHang)
+	rt.ctrHang = nil
+	rt.mu.Unlock()
+	h.settled(t)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want two evictions", got)
+	}
+}

@@ -147,5 +147,8 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	}
 	if e != nil {
 		l.evict(e)
+		if overlap {
+			l.cutGrace() // still a moment from OOM: no grace for this one either
+		}
 	}
 }
