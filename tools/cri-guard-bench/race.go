@@ -694,7 +694,9 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	}
 	if res.crossed {
 		if !decided.IsZero() {
-			res.toDecision = decided.Sub(crossedAt)
+			// 0 when cri-guard's own sample saw the crossing before the
+			// bench's did (the bench samples between its status calls)
+			res.toDecision = max(decided.Sub(crossedAt), 0)
 		}
 		if !stoppedAt.IsZero() {
 			res.toStopped = stoppedAt.Sub(crossedAt)
