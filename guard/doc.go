@@ -74,9 +74,11 @@
 //     last evaluation has a memory signal under half of a hard threshold
 //     (cutGrace: the victim's containers are killed with no grace, off the
 //     loop, once, recorded). One eviction at a time, but for one case
-//     (mayOverlap): once the containers of every victim under way are
-//     stopped (their memory free) and a fresh sample still meets a memory
-//     threshold, the next pod is chosen (steps 5-6, the victims under way
+//     (mayOverlap): once every victim under way has released its memory
+//     (its containers reported stopped, or its pod cgroup's working set
+//     down to an eighth: its processes are gone before containerd reports
+//     it) and a fresh sample still meets a memory threshold, the next pod
+//     is chosen (steps 5-6, the victims under way
 //     left out of the ranking) while their sandboxes' stops go on: several
 //     runaways at once must not wait on each other's teardown.
 //  3. Restored pods that admission refused at start-up (Restore queues

@@ -22,8 +22,9 @@ type inFlight struct {
 	// killedAt is when the victim's containers were all stopped (their
 	// memory is uncharged then; the sandbox's stop goes on); zero before.
 	killedAt time.Time
-	// cutAt is when cutGrace sent the kill (graceCut).
-	cutAt time.Time
+	// wsAtStart is the victim's working set when the eviction started
+	// (-1: not known).
+	wsAtStart int64
 }
 
 // evict is one eviction, start to end, as the owner runs it: the evictor
@@ -43,7 +44,10 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	f := &inFlight{e: e, sandboxID: cur.SandboxID}
+	f := &inFlight{e: e, sandboxID: cur.SandboxID, wsAtStart: -1}
+	if ws, ok := l.ev.PodWorkingSet(cur); ok {
+		f.wsAtStart = ws
+	}
 	l.inflight = append(l.inflight, f)
 	victim := cur.Clone()
 	killed := func() { l.post(func() { f.killedAt = l.now() }) }
@@ -142,7 +146,7 @@ func (l *Loop) cutGrace() {
 
 // cutGraceOf kills f's victim's containers at once (cutGrace).
 func (l *Loop) cutGraceOf(f *inFlight, why string) {
-	f.graceCut, f.cutAt = true, l.now()
+	f.graceCut = true
 	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
 	go func() {
@@ -161,34 +165,39 @@ func (l *Loop) cutGraceOf(f *inFlight, why string) {
 // maxInFlight bounds the evictions under way at once (mayOverlap).
 const maxInFlight = 8
 
-// killLands is how long after a grace cut's kill was sent its victim's
-// memory is taken as free when the node is still a moment from OOM: a
-// SIGKILL lands and the process's memory is uncharged within a few ms,
-// while the runtime reports the container stopped only after its own
-// cleanup (400-500 ms seen here).
-const killLands = 100 * time.Millisecond
-
 // mayOverlap reports whether the next eviction may start while others are
-// under way (loop goroutine): the memory of every victim under way is free
-// (its containers reported stopped, or, with a memory signal under half of
-// a hard threshold, its grace cut's kill sent killLands ago), and a sample
-// taken since still meets a threshold on a memory signal. The kubelet
-// waits for its victim's cleanup; here the teardown (hundreds of ms) would
-// let a second and third runaway reach the OOM killer meanwhile, and the
-// memory it waits for is already free.
+// under way (loop goroutine): every victim under way has released its
+// memory (released), and a sample taken since still meets a threshold on
+// a memory signal. The kubelet waits for its victim's cleanup; here the
+// teardown (hundreds of ms: containerd reports a container stopped after
+// its own cleanup) would let a second and third runaway reach the OOM
+// killer meanwhile, and the memory it waits for is already free.
 func (l *Loop) mayOverlap() bool {
 	if len(l.inflight) >= maxInFlight {
 		return false
 	}
-	e := l.ev.Evaluation()
-	_, critical := e.MemoryCritical()
 	for _, f := range l.inflight {
-		landed := critical && f.graceCut && l.now().Sub(f.cutAt) >= killLands
-		if f.killedAt.IsZero() && !landed {
+		if !l.released(f) {
 			return false
 		}
 	}
-	return e.MemoryThresholdMet()
+	return l.ev.Evaluation().MemoryThresholdMet()
+}
+
+// released reports whether f's victim has released its memory: its
+// containers were reported stopped, or its pod cgroup's working set fell
+// under an eighth of what it was when the eviction started (its processes
+// are gone: a kill lands within milliseconds), or cannot be read any more
+// (the cgroup is gone) though it could then. One file read.
+func (l *Loop) released(f *inFlight) bool {
+	if !f.killedAt.IsZero() {
+		return true
+	}
+	if f.wsAtStart < 0 {
+		return false
+	}
+	ws, ok := l.ev.PodWorkingSet(f.e.Pod)
+	return !ok || ws <= f.wsAtStart/8
 }
 
 // settleEviction records an eviction's outcome (loop goroutine). Only a

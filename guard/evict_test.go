@@ -22,13 +22,17 @@ import (
 )
 
 // nodeSampler is a sampler whose node memory.available the test sets;
-// pods have no stats (they rank by priority, then age).
+// pods have no stats (they rank by priority, then age) unless podWS is
+// set: then every pod's working set is that.
 type nodeSampler struct {
 	mu        sync.Mutex
 	available int64
+	podWS     int64
 }
 
 func (s *nodeSampler) set(b int64) { s.mu.Lock(); s.available = b; s.mu.Unlock() }
+
+func (s *nodeSampler) setPods(ws int64) { s.mu.Lock(); s.podWS = ws; s.mu.Unlock() }
 
 func (s *nodeSampler) Node() (pressure.NodeSample, error) {
 	s.mu.Lock()
@@ -37,7 +41,12 @@ func (s *nodeSampler) Node() (pressure.NodeSample, error) {
 }
 
 func (s *nodeSampler) Pod(string) (pressure.PodStats, error) {
-	return pressure.PodStats{}, pressure.ErrNoStats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.podWS == 0 {
+		return pressure.PodStats{}, pressure.ErrNoStats
+	}
+	return pressure.PodStats{HasMemory: true, WorkingSetBytes: s.podWS, UsageBytes: s.podWS}, nil
 }
 
 // realHarness is a loop with the real eviction manager (hard threshold
@@ -420,11 +429,12 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 	}
 }
 
-// TestNextEvictionWhenMomentFromOOM: with a memory signal under half of
-// the hard threshold the victim's grace is cut (its kill sent), and when
-// the runtime has not yet reported its containers stopped killLands later
-// (containerd reports after its own cleanup) the next pod is chosen, also
-// without grace; not sooner.
+// TestNextEvictionWhenMomentFromOOM: the runtime has not reported the
+// victim's containers stopped (containerd reports after its own cleanup),
+// but its pod cgroup shows its memory released (its processes are gone):
+// a memory signal still under the threshold chooses the next pod then,
+// and not while the victim still holds its memory. A moment from OOM
+// (under half of the hard threshold) neither gets a grace period.
 func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
@@ -443,16 +453,17 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 		})
 		return ids, cut
 	}
+	h.sampler.setPods(300 << 20)
 	h.sampler.set(400 << 20) // under half of 1Gi
-	for range 2 {            // the eviction, then its grace cut
+	for range 3 {            // the eviction, its grace cut, a pass while the victim holds its memory
 		if err := h.loop.syncOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if ids, cut := under(); len(ids) != 1 || cut != 1 {
-		t.Fatalf("under way %v with %d cut, want one, cut (the kill is not yet known to have landed)", ids, cut)
+		t.Fatalf("under way %v with %d cut, want one, cut (its memory is not released)", ids, cut)
 	}
-	time.Sleep(killLands + 20*time.Millisecond)
+	h.sampler.setPods(10 << 20) // the kill landed
 	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,9 @@ type Evictor interface {
 	// EvictRestored is the eviction of a restored pod Admit refused at
 	// start-up (nil in dry run).
 	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
+	// PodWorkingSet reads a pod's working set now (an eviction's victim
+	// releasing its memory); ok false when it cannot be read.
+	PodWorkingSet(p *pod.Pod) (ws int64, ok bool)
 }
 
 var _ Evictor = (*evictor.Manager)(nil)
