@@ -126,6 +126,23 @@ func (h *realHarness) settled(t testing.TB) {
 	})
 }
 
+// underWay lists the sandboxes of the evictions under way, and how many
+// of them have their containers stopped and their grace cut.
+func (h *realHarness) underWay() (ids []string, killed, cut int) {
+	_ = h.loop.do(context.Background(), func() {
+		for _, f := range h.loop.inflight {
+			ids = append(ids, f.sandboxID)
+			if !f.killedAt.IsZero() {
+				killed++
+			}
+			if f.graceCut {
+				cut++
+			}
+		}
+	})
+	return ids, killed, cut
+}
+
 func (h *realHarness) podState(key string) pod.State {
 	for _, p := range h.loop.Pods() {
 		if p.Key() == key {
@@ -386,17 +403,7 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 	rt.stopHang = make(chan struct{})
 	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
 	ctx := context.Background()
-	inflight := func() (ids []string, killed int) {
-		_ = h.loop.do(ctx, func() {
-			for _, f := range h.loop.inflight {
-				ids = append(ids, f.sandboxID)
-				if !f.killedAt.IsZero() {
-					killed++
-				}
-			}
-		})
-		return ids, killed
-	}
+	inflight := func() (ids []string, killed int) { ids, killed, _ = h.underWay(); return ids, killed }
 	h.sampler.set(512 << 20)
 	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -442,17 +449,7 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	rt.ctrHang = make(chan struct{})
 	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
 	ctx := context.Background()
-	under := func() (ids []string, cut int) {
-		_ = h.loop.do(ctx, func() {
-			for _, f := range h.loop.inflight {
-				ids = append(ids, f.sandboxID)
-				if f.graceCut {
-					cut++
-				}
-			}
-		})
-		return ids, cut
-	}
+	under := func() (ids []string, cut int) { ids, _, cut = h.underWay(); return ids, cut }
 	h.sampler.setPods(300 << 20)
 	h.sampler.set(400 << 20) // under half of 1Gi
 	for range 3 {            // the eviction, its grace cut, a pass while the victim holds its memory
