@@ -3,9 +3,10 @@
 #   make build   bin/cri-guard
 #   make test    unit tests (-race), then scripts/rt.sh up (containerd 1.6) and
 #                up-events (containerd 1.7, for the event stream test), the
-#                integration tests, then scripts/cluster.sh up (a one-node
-#                Kubernetes through cri-guard on that containerd) and the
-#                TestCluster* tests, and the teardown of all three (always)
+#                host's integration tests (integration/host, integration/hostile,
+#                pressure), then scripts/cluster.sh up (a one-node Kubernetes
+#                through cri-guard on that containerd) and the TestCluster*
+#                tests (integration/cluster), and the teardown of all three (always)
 #   make run     scripts/rt.sh up, then cri-guard in the foreground on
 #                $(RUN_SOCKET) in front of that containerd
 #   make rt-up / rt-down   the harness alone
@@ -20,6 +21,11 @@ GO ?= go
 CRI_GUARD_RT ?= /tmp/cri-guard-rt
 RUN_SOCKET ?= /run/cri-guard/cri-guard.sock
 INTEGRATION_TIMEOUT ?= 40m
+# The host stage's packages (make test, make integration): the tests on the
+# rt.sh containerd, the floods, and pressure's tests on this kernel. The
+# cluster's (integration/cluster) and the guest's (integration/guest) run in
+# stages of their own; integration/harness holds what they share.
+HOST_TEST_PKGS ?= ./integration/host/ ./integration/hostile/ ./pressure/
 CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
 CLUSTER_TIMEOUT ?= 20m
 CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
@@ -77,9 +83,9 @@ test:
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
 	  else echo "make test: scripts/rt.sh up-events failed" >&2; rc=1; fi; \
-	  CRI_GUARD_CLUSTER= $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/ || rc=1; \
+	  $(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v $(HOST_TEST_PKGS) || rc=1; \
 	  if CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up; then \
-	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/ || rc=1; \
+	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/ || rc=1; \
 	  else \
 	    echo "make test: scripts/cluster.sh up failed" >&2; rc=1; \
 	  fi; \
@@ -98,7 +104,7 @@ test:
 	exit $$rc
 
 integration:
-	$(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v ./integration/... ./pressure/
+	$(GO) test -p 1 -tags integration -race -count=1 -timeout $(INTEGRATION_TIMEOUT) -v $(HOST_TEST_PKGS)
 
 rt-up:
 	scripts/rt.sh up
@@ -122,7 +128,7 @@ guest-test:
 	CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
 
 cluster-test:
-	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v -run '^TestCluster' ./integration/
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/
 
 run: build rt-up
 	@mkdir -p $(dir $(RUN_SOCKET))

@@ -144,6 +144,17 @@ func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duratio
 	return added, removed
 }
 
+// PodWorkingSet reads the pod's working set now (its pod cgroup, one
+// file): the sync loop watches an eviction's victim release its memory.
+// ok is false when it cannot be read (no stats, or the cgroup is gone).
+func (m *Manager) PodWorkingSet(p *pod.Pod) (ws int64, ok bool) {
+	st, err := m.sampler.Pod(p.CgroupParent)
+	if err != nil || !st.HasMemory {
+		return 0, false
+	}
+	return st.WorkingSetBytes, true
+}
+
 // Observe samples the node and evaluates the thresholds, the first half of
 // Synchronize without choosing a pod: the sync loop calls it before
 // restored pods are admitted, and while an eviction's stop is under way,

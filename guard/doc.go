@@ -50,12 +50,20 @@
 // # The walk of an eviction (Loop.housekeeping, housekeeping.go; evict.go)
 //
 // On the loop, for every pass (pass: the housekeeping tick; a PSI trigger
-// and its follow-ups; a kernel memcg notification; the fast poll; the next
-// restored pod refused at start-up; syncOnce, the step tests drive). The
-// loop owns every wake-up (wakeups.go, fastpath.go): Run arms the PSI
-// trigger (following the pods cgroup's pressure file) and the memcg
-// notifications, SetThresholds re-arms the notifications at the new levels
-// when a reload changes the thresholds, and they end with Run:
+// and its follow-ups; a kernel memcg notification; a change of the pods
+// cgroup's memory.events; the fast poll; the next restored pod refused at
+// start-up; syncOnce, the step tests drive). The loop owns every wake-up
+// (wakeups.go, fastpath.go): Run arms the PSI trigger (following the pods
+// cgroup's pressure file; a sub-2s window the kernel refuses is widened to
+// 2 s), the memcg notifications (v1: at each threshold and at its near
+// level) and the memory.events watch (v2), SetThresholds re-arms the
+// notifications at the new levels when a reload changes the thresholds,
+// and they end with Run. The fast poll runs only near a threshold; far
+// from them its watch samples are spaced by the distance over
+// FastPoll.MaxRate and left to the kernel for a signal whose near level a
+// notification watches, so an idle node is sampled by housekeeping alone.
+// The eviction a pass chooses carries what woke it (evictor.Wakeup:
+// wakeup, armed_by in the log; cri_guard_wakeups_total counts them):
 //
 //  1. Start a listing of the runtime's sandboxes off the loop (none while
 //     the last one is under way; quick passes at most once a second),
@@ -65,7 +73,14 @@
 //     reads current conditions, and cut its grace period short when the
 //     last evaluation has a memory signal under half of a hard threshold
 //     (cutGrace: the victim's containers are killed with no grace, off the
-//     loop, once, recorded). One eviction at a time.
+//     loop, once, recorded). One eviction at a time, but for one case
+//     (mayOverlap): once every victim under way has released its memory
+//     (its containers reported stopped, or its pod cgroup's working set
+//     down to an eighth: its processes are gone before containerd reports
+//     it) and a fresh sample still meets a memory threshold, the next pod
+//     is chosen (steps 5-6, the victims under way
+//     left out of the ranking) while their sandboxes' stops go on: several
+//     runaways at once must not wait on each other's teardown.
 //  3. Restored pods that admission refused at start-up (Restore queues
 //     them, restoredPods: enforce) come first, a second apart.
 //  4. A quick pass starts the next eviction no sooner than evictionSpacing

@@ -14,11 +14,17 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// inFlight is the eviction whose stop is under way (loop goroutine).
+// inFlight is an eviction whose stop is under way (loop goroutine).
 type inFlight struct {
 	e         *evictor.Eviction
 	sandboxID string // the victim's sandbox
 	graceCut  bool   // its grace period was cut short (cutGrace)
+	// killedAt is when the victim's containers were all stopped (their
+	// memory is uncharged then; the sandbox's stop goes on); zero before.
+	killedAt time.Time
+	// wsAtStart is the victim's working set when the eviction started
+	// (-1: not known).
+	wsAtStart int64
 }
 
 // evict is one eviction, start to end, as the owner runs it: the evictor
@@ -26,7 +32,11 @@ type inFlight struct {
 // the loop (a grace period may take seconds, and admissions go on
 // meanwhile), bounded by the grace period plus StopTimeout; its outcome
 // comes back to the loop, which records it (settleEviction). Until then no
-// other pod is chosen, as the kubelet waits for its victim's cleanup.
+// other pod is chosen, as the kubelet waits for its victim's cleanup; but
+// once the victim's containers are gone (their memory is free) a fresh
+// sample that still meets a memory threshold chooses the next at once
+// (mayOverlap): several runaways at a time must not wait on each other's
+// sandbox teardown.
 func (l *Loop) evict(e *evictor.Eviction) {
 	cur, ok := l.pods[e.Pod.Key()]
 	if !ok || cur.SandboxID == "" || cur.State != pod.StateReady {
@@ -34,10 +44,15 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	l.evicting = &inFlight{e: e, sandboxID: cur.SandboxID}
+	f := &inFlight{e: e, sandboxID: cur.SandboxID, wsAtStart: -1}
+	if ws, ok := l.ev.PodWorkingSet(cur); ok {
+		f.wsAtStart = ws
+	}
+	l.inflight = append(l.inflight, f)
 	victim := cur.Clone()
+	killed := func() { l.post(func() { f.killedAt = l.now() }) }
 	go func() {
-		extra, err := l.stop(e, victim)
+		extra, err := l.stop(e, victim, killed)
 		l.post(func() {
 			if err == nil {
 				e.Message += extra
@@ -53,8 +68,9 @@ func (l *Loop) evict(e *evictor.Eviction) {
 // the stops by the grace period plus StopTimeout. It returns the kubelet's
 // sentences for the containers over their request, from their stats
 // before the stop. A sandbox or container that is already gone counts as
-// stopped (the runtime client answers NotFound with nil).
-func (l *Loop) stop(e *evictor.Eviction, victim *pod.Pod) (extra string, err error) {
+// stopped (the runtime client answers NotFound with nil). killed is called
+// once every container stopped, before the sandbox's stop.
+func (l *Loop) stop(e *evictor.Eviction, victim *pod.Pod, killed func()) (extra string, err error) {
 	lctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
 	defer cancel()
 	extra = l.containerMessage(lctx, victim)
@@ -66,6 +82,9 @@ func (l *Loop) stop(e *evictor.Eviction, victim *pod.Pod) (extra string, err err
 	ctx, cancel := context.WithTimeout(context.Background(), grace+l.cfg.StopTimeout)
 	defer cancel()
 	err = l.killContainers(ctx, ctrs, grace)
+	if err == nil && killed != nil {
+		killed()
+	}
 	if serr := l.rt.StopPodSandbox(ctx, victim.SandboxID); serr != nil {
 		err = errors.Join(err, serr)
 	}
@@ -114,14 +133,19 @@ func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container
 // worse. The eviction's own stop returns once the containers are gone and
 // stops the sandbox as usual.
 func (l *Loop) cutGrace() {
-	f := l.evicting
-	if f == nil || f.graceCut {
-		return
-	}
 	why, critical := l.ev.Evaluation().MemoryCritical()
 	if !critical {
 		return
 	}
+	for _, f := range l.inflight {
+		if !f.graceCut {
+			l.cutGraceOf(f, why)
+		}
+	}
+}
+
+// cutGraceOf kills f's victim's containers at once (cutGrace).
+func (l *Loop) cutGraceOf(f *inFlight, why string) {
 	f.graceCut = true
 	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
@@ -138,13 +162,51 @@ func (l *Loop) cutGrace() {
 	}()
 }
 
+// maxInFlight bounds the evictions under way at once (mayOverlap).
+const maxInFlight = 8
+
+// mayOverlap reports whether the next eviction may start while others are
+// under way (loop goroutine): every victim under way has released its
+// memory (released), and a sample taken since still meets a threshold on
+// a memory signal. The kubelet waits for its victim's cleanup; here the
+// teardown (hundreds of ms: containerd reports a container stopped after
+// its own cleanup) would let a second and third runaway reach the OOM
+// killer meanwhile, and the memory it waits for is already free.
+func (l *Loop) mayOverlap() bool {
+	if len(l.inflight) >= maxInFlight {
+		return false
+	}
+	for _, f := range l.inflight {
+		if !l.released(f) {
+			return false
+		}
+	}
+	return l.ev.Evaluation().MemoryThresholdMet()
+}
+
+// released reports whether f's victim has released its memory: its
+// containers were reported stopped, or its pod cgroup's working set fell
+// under an eighth of what it was when the eviction started (its processes
+// are gone: a kill lands within milliseconds), or cannot be read any more
+// (the cgroup is gone) though it could then. One file read.
+func (l *Loop) released(f *inFlight) bool {
+	if !f.killedAt.IsZero() {
+		return true
+	}
+	if f.wsAtStart < 0 {
+		return false
+	}
+	ws, ok := l.ev.PodWorkingSet(f.e.Pod)
+	return !ok || ws <= f.wsAtStart/8
+}
+
 // settleEviction records an eviction's outcome (loop goroutine). Only a
 // stop that happened counts: the evictor records it (metrics, re-admission
 // guard) and the pod's current record, if it still has one, is marked
 // stopped with EvictedAt. A failed or timed-out stop changes nothing but
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
-	l.evicting = nil
+	l.inflight = slices.DeleteFunc(l.inflight, func(f *inFlight) bool { return f.sandboxID == sandboxID })
 	l.lastEvicted, l.lastFailed = l.now(), err != nil
 	if err != nil {
 		l.ev.EvictionFailed(e, err)
@@ -193,7 +255,7 @@ func (l *Loop) nextRefused() *evictor.Eviction {
 // goroutine).
 func (l *Loop) armRefused(t *time.Timer) {
 	t.Stop()
-	if l.evicting == nil && l.nextRefused() != nil {
+	if len(l.inflight) == 0 && l.nextRefused() != nil {
 		t.Reset(max(0, evictionSpacing-l.now().Sub(l.lastEvicted)))
 	}
 }

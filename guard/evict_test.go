@@ -22,13 +22,17 @@ import (
 )
 
 // nodeSampler is a sampler whose node memory.available the test sets;
-// pods have no stats (they rank by priority, then age).
+// pods have no stats (they rank by priority, then age) unless podWS is
+// set: then every pod's working set is that.
 type nodeSampler struct {
 	mu        sync.Mutex
 	available int64
+	podWS     int64
 }
 
 func (s *nodeSampler) set(b int64) { s.mu.Lock(); s.available = b; s.mu.Unlock() }
+
+func (s *nodeSampler) setPods(ws int64) { s.mu.Lock(); s.podWS = ws; s.mu.Unlock() }
 
 func (s *nodeSampler) Node() (pressure.NodeSample, error) {
 	s.mu.Lock()
@@ -37,7 +41,12 @@ func (s *nodeSampler) Node() (pressure.NodeSample, error) {
 }
 
 func (s *nodeSampler) Pod(string) (pressure.PodStats, error) {
-	return pressure.PodStats{}, pressure.ErrNoStats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.podWS == 0 {
+		return pressure.PodStats{}, pressure.ErrNoStats
+	}
+	return pressure.PodStats{HasMemory: true, WorkingSetBytes: s.podWS, UsageBytes: s.podWS}, nil
 }
 
 // realHarness is a loop with the real eviction manager (hard threshold
@@ -112,9 +121,26 @@ func (h *realHarness) settled(t testing.TB) {
 	t.Helper()
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return !busy
 	})
+}
+
+// underWay lists the sandboxes of the evictions under way, and how many
+// of them have their containers stopped and their grace cut.
+func (h *realHarness) underWay() (ids []string, killed, cut int) {
+	_ = h.loop.do(context.Background(), func() {
+		for _, f := range h.loop.inflight {
+			ids = append(ids, f.sandboxID)
+			if !f.killedAt.IsZero() {
+				killed++
+			}
+			if f.graceCut {
+				cut++
+			}
+		}
+	})
+	return ids, killed, cut
 }
 
 func (h *realHarness) podState(key string) pod.State {
@@ -224,7 +250,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	// the stop is under way (hanging); the kubelet removes the sandbox
 	waitFor(t, func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = h.loop.evicting != nil })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return busy
 	})
 	rt.mu.Lock()
@@ -291,7 +317,7 @@ func TestStopGrace(t *testing.T) {
 			}
 			e := tt.e
 			e.Pod = h.loop.pods["p1/0"]
-			if _, err := h.loop.stop(&e, e.Pod.Clone()); err != nil {
+			if _, err := h.loop.stop(&e, e.Pod.Clone(), nil); err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("StopContainer c-s1 %d", tt.wantS); !slices.Contains(h.rt.Calls(), want) {
@@ -362,5 +388,91 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	}
 	if slices.Contains(rt.Calls(), "StopPodSandbox s1") {
 		t.Fatal("the static pod was stopped on the word of a forged record")
+	}
+}
+
+// TestNextEvictionWhileSandboxStops: once the victim's containers are
+// stopped (its memory free) a fresh sample that still meets the memory
+// threshold chooses the next pod while the first's sandbox stop is still
+// under way (several runaways at once must not wait on each other's
+// teardown); a sample above the threshold chooses none.
+func TestNextEvictionWhileSandboxStops(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt.stopHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	inflight := func() (ids []string, killed int) { ids, killed, _ = h.underWay(); return ids, killed }
+	h.sampler.set(512 << 20)
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { ids, k := inflight(); return len(ids) == 1 && k == 1 })
+	first, _ := inflight()
+
+	h.sampler.set(3 << 30) // the victim's memory is back: nothing more to do
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := inflight(); len(ids) != 1 {
+		t.Fatalf("under way with memory above the threshold: %v, want only %v", ids, first)
+	}
+	h.sampler.set(512 << 20) // still short: the next runaway
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := inflight()
+	if len(ids) != 2 || ids[0] != first[0] || ids[1] == ids[0] {
+		t.Fatalf("under way = %v, want %v and the other pod", ids, first)
+	}
+	rt.mu.Lock()
+	close(rt.stopHang)
+	rt.stopHang = nil
+	rt.mu.Unlock()
+	h.settled(t)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want two evictions", got)
+	}
+}
+
+// TestNextEvictionWhenMomentFromOOM: the runtime has not reported the
+// victim's containers stopped (containerd reports after its own cleanup),
+// but its pod cgroup shows its memory released (its processes are gone):
+// a memory signal still under the threshold chooses the next pod then,
+// and not while the victim still holds its memory. A moment from OOM
+// (under half of the hard threshold) neither gets a grace period.
+func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt.ctrHang = make(chan struct{})
+	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	ctx := context.Background()
+	under := func() (ids []string, cut int) { ids, _, cut = h.underWay(); return ids, cut }
+	h.sampler.setPods(300 << 20)
+	h.sampler.set(400 << 20) // under half of 1Gi
+	for range 3 {            // the eviction, its grace cut, a pass while the victim holds its memory
+		if err := h.loop.syncOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, cut := under(); len(ids) != 1 || cut != 1 {
+		t.Fatalf("under way %v with %d cut, want one, cut (its memory is not released)", ids, cut)
+	}
+	h.sampler.setPods(10 << 20) // the kill landed
+	if err := h.loop.syncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids, cut := under(); len(ids) != 2 || cut != 2 {
+		t.Fatalf("under way %v with %d cut, want both pods, both cut", ids, cut)
+	}
+	rt.mu.Lock()
+	close(rt.ctrHang)
+	rt.ctrHang = nil
+	rt.mu.Unlock()
+	h.settled(t)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions = %v, want two evictions", got)
 	}
 }

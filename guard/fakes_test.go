@@ -328,6 +328,9 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 
 func (e *ruleEvictor) Observe() {}
 
+// PodWorkingSet knows no pod's stats.
+func (e *ruleEvictor) PodWorkingSet(*pod.Pod) (int64, bool) { return 0, false }
+
 // Evaluation is never near a threshold: the fast paths stay off.
 func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{} }
 

@@ -2,7 +2,10 @@ package guard
 
 import (
 	"context"
+	"slices"
 	"time"
+
+	"github.com/cri-guard/cri-guard/pod"
 )
 
 // psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
@@ -81,15 +84,21 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		l.resync(ctx)
 		l.retryUnsaved()
 	}
-	if l.evicting != nil {
+	overlap := false
+	if len(l.inflight) > 0 {
 		// one eviction at a time: the next waits until this one is done;
 		// meanwhile admission gets current conditions, and the grace
-		// period is cut short if the node is a moment from OOM
+		// period is cut short if the node is a moment from OOM; once the
+		// victim's containers are gone a memory threshold still met chooses
+		// the next (mayOverlap)
 		l.ev.Observe()
 		l.cutGrace()
-		return
+		if !l.mayOverlap() {
+			return
+		}
+		overlap = true
 	}
-	if e := l.nextRefused(); e != nil {
+	if e := l.nextRefused(); e != nil && !overlap {
 		// restored pods that admission refused at start-up come first (the
 		// kubelet rejects them when it starts), evictionSpacing apart
 		l.ev.Observe()
@@ -99,7 +108,7 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		}
 		return
 	}
-	if since := l.now().Sub(l.lastEvicted); why.spaced() && since < evictionSpacing {
+	if since := l.now().Sub(l.lastEvicted); why.spaced() && since < evictionSpacing && !overlap {
 		// The quick passes (triggers, follow-ups, fast polls) start the
 		// next eviction no sooner than evictionSpacing after the last
 		// settled, as a PSI average still holds the stall the victim
@@ -113,7 +122,13 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		}
 	}
 	l.applyAPI()
-	e, err := l.ev.Synchronize(l.active(), l.wakeupOf(why))
+	active := l.active()
+	if overlap {
+		active = slices.DeleteFunc(active, func(p *pod.Pod) bool {
+			return slices.ContainsFunc(l.inflight, func(f *inFlight) bool { return f.sandboxID == p.SandboxID })
+		})
+	}
+	e, err := l.ev.Synchronize(active, l.wakeupOf(why))
 	if err != nil {
 		// said once as a warning (the evictor's stats error is in status
 		// and metrics meanwhile), then at debug while it lasts
@@ -132,5 +147,8 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	}
 	if e != nil {
 		l.evict(e)
+		if overlap {
+			l.cutGrace() // still a moment from OOM: no grace for this one either
+		}
 	}
 }

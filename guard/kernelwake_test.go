@@ -222,3 +222,20 @@ func TestTriggerWidenedWithoutCapability(t *testing.T) {
 		t.Errorf("armed %q after widening, want some 100000 2000000; log %q", hook.LastEntry().Data["trigger"], said)
 	}
 }
+
+// TestWatchdogBetweenPasses: with a housekeeping interval longer than the
+// watchdog's, the loop still calls Watchdog every WatchdogInterval, so that
+// systemd does not kill a healthy cri-guard whose housekeeping is long.
+func TestWatchdogBetweenPasses(t *testing.T) {
+	var pings atomic.Int64
+	l, err := New(Config{HousekeepingInterval: time.Hour, WatchdogInterval: 5 * time.Millisecond},
+		Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: &ruleEvictor{}, Log: testLog(), Watchdog: func() { pings.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runLoop(t, l)
+	waitFor(t, func() bool { return pings.Load() >= 3 })
+	if n := l.Wakeups()["tick"]; n != 0 {
+		t.Errorf("%d housekeeping ticks in an hour's interval", n)
+	}
+}

@@ -60,6 +60,9 @@ type Evictor interface {
 	// EvictRestored is the eviction of a restored pod Admit refused at
 	// start-up (nil in dry run).
 	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
+	// PodWorkingSet reads a pod's working set now (an eviction's victim
+	// releasing its memory); ok false when it cannot be read.
+	PodWorkingSet(p *pod.Pod) (ws int64, ok bool)
 }
 
 var _ Evictor = (*evictor.Manager)(nil)
@@ -98,6 +101,11 @@ type Config struct {
 	// Wakeups are the kernel's wake-ups (wakeups.go): the loop arms them
 	// when it runs and re-arms them on a reload; zero: none.
 	Wakeups Wakeups
+	// WatchdogInterval is the longest the loop goes without calling
+	// Options.Watchdog (besides after every housekeeping pass): a
+	// housekeeping interval longer than systemd's WatchdogSec must not get
+	// a healthy loop killed. Zero: after housekeeping passes only.
+	WatchdogInterval time.Duration
 }
 
 // Options are the loop's dependencies.
@@ -107,7 +115,8 @@ type Options struct {
 	Evictor Evictor
 	Log     *logrus.Entry
 	Now     func() time.Time
-	// Watchdog is called after every housekeeping pass (sd_notify WATCHDOG).
+	// Watchdog is called after every housekeeping pass and every
+	// Config.WatchdogInterval, from the loop goroutine (sd_notify WATCHDOG).
 	Watchdog func()
 	// API and Reporter connect the loop to the API server; both nil:
 	// CRI only.
@@ -144,7 +153,7 @@ type Loop struct {
 	writing     map[string]uint64   // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
 	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
-	evicting    *inFlight           // the eviction whose stop is under way
+	inflight    []*inFlight         // the evictions whose stop is under way
 	lastEvicted time.Time           // when the last eviction's stop returned
 	passErr     string              // the error of the last eviction pass, if it failed
 	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
@@ -279,6 +288,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	fp.schedule(passManual)
 	refused := time.NewTimer(time.Hour)
 	defer refused.Stop()
+	var watchdog <-chan time.Time
+	if l.cfg.WatchdogInterval > 0 && l.wdog != nil {
+		t := time.NewTicker(l.cfg.WatchdogInterval)
+		defer t.Stop()
+		watchdog = t.C
+	}
 	for {
 		l.armRefused(refused)
 		select {
@@ -316,6 +331,8 @@ func (l *Loop) Run(ctx context.Context) error {
 			fp.schedule(passFastPoll)
 		case <-refused.C:
 			l.housekeeping(ctx, passRefused)
+		case <-watchdog:
+			l.wdog() // the loop takes its turns: alive
 		}
 	}
 }

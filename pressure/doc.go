@@ -67,7 +67,18 @@
 // opened file, and nothing is written to it. Run ends on context
 // cancellation (nil), cgroup removal (ErrCgroupGone) or a trigger the kernel
 // refuses (ErrTriggerRejected: without CAP_SYS_RESOURCE, windows must be
-// multiples of 2 s). ParseTriggerSpec checks a spec alone (config validation).
+// multiples of 2 s; WidenTriggerSpec gives the 2 s spec to arm instead).
+// ParseTriggerSpec checks a spec alone (config validation).
+//
+// # Kernel memory notifications
+//
+// MemcgNotifiers (v1) are memcg usage thresholds on the pods cgroup
+// (cgroup.event_control + eventfd) at each allocatableMemory.available
+// threshold and, given a margin, at that margin before it (the near
+// level, which starts the sync loop's fast poll). MemoryEventsWatcher (v2,
+// which has no usage thresholds) follows the pods cgroup's
+// memory.events.local with inotify: it changes when the cgroup meets
+// memory.high or memory.max or an OOM happens in it.
 //
 // # Reads that cannot block
 //

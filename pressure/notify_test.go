@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -78,5 +79,64 @@ func TestMemcgNotifiersNeedV1(t *testing.T) {
 	s := &Sampler{podsGroup: "/kubepods", layout: layout{memoryVersion: 2}}
 	if _, err := s.MemcgNotifiers(nil, 0); !errors.Is(err, ErrNoMemcgNotification) {
 		t.Errorf("v2 host: err = %v, want ErrNoMemcgNotification", err)
+	}
+}
+
+// TestMemcgNearNotifierFires: on a real v1 memory cgroup, the near
+// notifier fires when usage crosses its level, margin bytes before the
+// threshold's: 100Mi of tmpfs written by a process in the cgroup (charged
+// to it) crosses a near level of 64Mi (limit 1Gi, threshold 200Mi, margin
+// 760Mi), far from the threshold's 824Mi.
+func TestMemcgNearNotifierFires(t *testing.T) {
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
+		t.Skip("no cgroup v1 memory hierarchy: kernel memcg notifications do not exist here")
+	}
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	dir := filepath.Join(root, "cri-guard-near-test-"+time.Now().Format("150405.000000"))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a memory cgroup: %v", err)
+	}
+	shm := filepath.Join("/dev/shm", filepath.Base(dir))
+	t.Cleanup(func() { _ = os.Remove(shm); _ = os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("1073741824"), 0); err != nil {
+		t.Fatal(err)
+	}
+	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), margin: 760 << 20, ReArm: time.Minute}
+	if lvl, err := n.usageThreshold(); err != nil || lvl != 64<<20 {
+		t.Fatalf("near level %d (%v), want 64Mi", lvl, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fired := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- n.Run(ctx, func() {
+			select {
+			case fired <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	time.Sleep(200 * time.Millisecond) // armed
+	select {
+	case <-fired:
+		t.Fatal("fired before anything was charged")
+	default:
+	}
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count=100 status=none`, "sh", dir, shm)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("charge 100Mi: %v: %s", err, out)
+	}
+	select {
+	case <-fired:
+	case <-ctx.Done():
+		t.Fatal("the near notifier did not fire when usage crossed its level")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
 	}
 }

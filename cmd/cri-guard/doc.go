@@ -12,7 +12,8 @@
 // components: the runtime connection, the sampler, the checkpoint store, the
 // eviction manager, the sync loop (restored before the socket listens), the
 // shared event stream, metrics, the admin socket, sd_notify and SIGHUP
-// reloads; the kernel wake-ups (PSI trigger, memcg notifications) are given
+// reloads; the kernel wake-ups (PSI trigger, memcg notifications on v1,
+// the memory.events watch on v2) are given
 // to the sync loop as guard.Wakeups, and the loop arms and re-arms them. This package may import every cri-guard package; none
 // may import it.
 package main

@@ -34,10 +34,6 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	cfg := opts.Config
 	logger := log.Logger
 	notify := newNotifier(logger.WithField("component", "systemd"))
-	if wd := notify.watchdogInterval(); wd > 0 && cfg.HousekeepingInterval.Duration >= wd/2 {
-		log.WithFields(logrus.Fields{"watchdog": wd, "housekeeping_interval": cfg.HousekeepingInterval.Duration}).
-			Warn("housekeepingInterval is not under half of WatchdogSec: systemd may kill a healthy cri-guard")
-	}
 	// SIGHUP is taken from the start: its default action would kill us.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -62,7 +58,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if err != nil {
 		return err
 	}
-	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, kc)
+	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, notify.watchdogInterval()/4, kc)
 	if err != nil {
 		return err
 	}
@@ -156,8 +152,11 @@ type guardParts struct {
 // newGuard builds the sampler, the checkpoint store, the eviction manager
 // and the sync loop from the configuration.
 // m, when not nil, counts decisions and checkpoint operations; watchdog is
-// called after every housekeeping pass.
-func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), kc *kube.Client) (guardParts, error) {
+// called after every housekeeping pass and every watchdogEvery (a quarter
+// of WatchdogSec: the notifier pings at most every half), so that a
+// housekeeping interval longer than WatchdogSec does not get a healthy
+// loop killed.
+func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), watchdogEvery time.Duration, kc *kube.Client) (guardParts, error) {
 	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
 	if err != nil {
 		return guardParts{}, err
@@ -206,6 +205,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		Rules:                cfg.CriticalRules(),
 		FastPoll:             fastPoll(cfg),
 		Wakeups:              wakeups(cfg, sampler, thresholds),
+		WatchdogInterval:     watchdogEvery,
 	}, opts)
 	if err != nil {
 		bounded.Close()

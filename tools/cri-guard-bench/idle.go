@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,6 +29,11 @@ type idleOptions struct {
 	Modes           []string
 	Duration        time.Duration
 	Settle          time.Duration
+	// CompareBinary, when set, is measured too, side by side, with the
+	// shipped defaults (mode "default"), labelled CompareLabel: the
+	// previous release.
+	CompareBinary string
+	CompareLabel  string
 }
 
 // idleMain is `cri-guard-bench idle`: the race modes' cri-guards started
@@ -46,6 +53,8 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	modes := fs.String("modes", "default,psi", "race modes measured side by side (psi: the previous release's default)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "how long CPU time is measured")
 	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after start-up before measuring")
+	fs.StringVar(&o.CompareBinary, "compare-binary", "", "another cri-guard binary measured side by side in mode default (the previous release)")
+	fs.StringVar(&o.CompareLabel, "compare-label", "previous", "the name of --compare-binary's row")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -53,6 +62,39 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	o.Modes, err = parseModes(*modes)
 	return o, err
 }
+
+// idleMetricsPort is the first of the ports the measured cri-guards
+// serve metrics on, one each.
+const idleMetricsPort = 19713
+
+// wakeupCounts reads cri_guard_wakeups_total from a metrics endpoint:
+// "tick 60, watch 0, ..." (the non-zero sources), "n/a" when the binary
+// has none (a release before it).
+func wakeupCounts(url string) string {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "n/a"
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "n/a"
+	}
+	var parts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		m := wakeupLineRE.FindStringSubmatch(line)
+		if m != nil && m[2] != "0" {
+			parts = append(parts, m[1]+" "+m[2])
+		}
+	}
+	if len(parts) == 0 {
+		return "n/a"
+	}
+	return strings.Join(parts, ", ")
+}
+
+var wakeupLineRE = regexp.MustCompile(`^cri_guard_wakeups_total\{source="([^"]+)"\} (\S+)$`)
 
 func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) (err error) {
 	workDir, err := os.MkdirTemp("", "cri-guard-idle")
@@ -66,17 +108,30 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	}
 	defer func() { err = errors.Join(err, dom.remove()) }()
 	ro := raceOptions{Threshold: 200 << 20}
-	pids := make([]int, len(o.Modes))
-	for i, mode := range o.Modes {
-		dir := filepath.Join(workDir, mode)
+	type idler struct{ label, mode, binary string }
+	var idlers []idler
+	for _, m := range o.Modes {
+		idlers = append(idlers, idler{m, m, o.Binary})
+	}
+	if o.CompareBinary != "" {
+		idlers = append(idlers, idler{"default@" + o.CompareLabel, "default", o.CompareBinary})
+	}
+	pids := make([]int, len(idlers))
+	for i, id := range idlers {
+		mode := id.mode
+		dir := filepath.Join(workDir, id.label)
 		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o750); err != nil {
 			return err
 		}
 		cfgPath := filepath.Join(dir, "config.yaml")
-		if err := os.WriteFile(cfgPath, []byte(raceConfig(ro, mode, filepath.Join(dir, "state"), dom)), 0o600); err != nil {
+		// metrics on a port of their own: the wake-ups each took
+		metricsAddr := fmt.Sprintf("127.0.0.1:%d", idleMetricsPort+i)
+		cfg := raceConfig(ro, mode, filepath.Join(dir, "state"), dom)
+		cfg = strings.Replace(cfg, "metricsAddress: \"\"\n", "metricsAddress: "+metricsAddr+"\n", 1)
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			return err
 		}
-		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath}, o.Binary, nil, dir, log.WithField("mode", mode))
+		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath}, id.binary, nil, dir, log.WithField("mode", id.label))
 		if err != nil {
 			return err
 		}
@@ -94,7 +149,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		cancel()
 		conn.Close()
 		if err != nil {
-			return fmt.Errorf("mode %s: cri-guard not serving: %w", mode, err)
+			return fmt.Errorf("mode %s: cri-guard not serving: %w", id.label, err)
 		}
 		pids[i] = p.pid
 	}
@@ -119,18 +174,19 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	elapsed := time.Since(start)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; 10 ms ticks)\n", elapsed.Round(time.Second), dom.group)
-	fmt.Fprintln(tw, "mode\tCPU time\t% of one core\tVmRSS MiB\tconfig added to the shipped defaults")
+	fmt.Fprintln(tw, "mode\tCPU time\t% of one core\tVmRSS MiB\twake-ups (cri_guard_wakeups_total)\tconfig added to the shipped defaults")
 	for i, pid := range pids {
 		after, err := readProcStats(pid)
 		if err != nil {
 			return err
 		}
 		cpu := after.cpu - before[i].cpu
-		extra := strings.ReplaceAll(strings.TrimSpace(raceModes[o.Modes[i]]), "\n", "; ")
+		extra := strings.ReplaceAll(strings.TrimSpace(raceModes[idlers[i].mode]), "\n", "; ")
 		if extra == "" {
 			extra = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%s\n", o.Modes[i], cpu, 100*cpu.Seconds()/elapsed.Seconds(), float64(after.rssKiB)/1024, extra)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%s\t%s\n", idlers[i].label, cpu, 100*cpu.Seconds()/elapsed.Seconds(), float64(after.rssKiB)/1024,
+			wakeupCounts(fmt.Sprintf("http://127.0.0.1:%d/metrics", idleMetricsPort+i)), extra)
 	}
 	return tw.Flush()
 }

@@ -45,6 +45,9 @@ type raceOptions struct {
 	RunTimeout      time.Duration
 	GuardLogLevel   string
 	IgnoreSIGTERM   bool
+	// Scenarios are the runaway scenarios raced with every mode (issue
+	// 22): one runaway, four at once, one that ignores SIGTERM.
+	Scenarios []string
 	// SlowStateDir, when set, races every mode a second time with its
 	// state dir made in this directory (a tools/slowfs mount: issue 23).
 	SlowStateDir string
@@ -87,6 +90,7 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	fs.DurationVar(&o.RunTimeout, "run-timeout", 40*time.Second, "bound of one run")
 	fs.StringVar(&o.GuardLogLevel, "guard-log-level", "info", "cri-guard's --log-level (its log is <work-dir>/<mode>/cri-guard.log)")
 	fs.BoolVar(&o.IgnoreSIGTERM, "runaway-ignores-sigterm", false, "the runaway ignores SIGTERM (memhog -ignore-sigterm): a stop waits for the grace period, and the table's growth after the decision shows what that costs")
+	scenarios := fs.String("scenarios", scenarioOne, "runaway scenarios raced with every mode, comma-separated: "+scenarioOne+" (one runaway), "+scenarioFour+" (four at once, each at the rate), "+scenarioSIGTERM+" (one that ignores SIGTERM)")
 	fs.StringVar(&o.SlowStateDir, "slow-state-dir", "", "race every mode a second time, as <mode>"+slowDiskSuffix+", with cri-guard's state dir made in this directory (a slow disk: tools/slowfs), side by side with the state dir in --work-dir")
 	quick := fs.Bool("quick", false, "rates 25,400,1600 and one run each (a smoke test)")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +109,13 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	var err error
 	if o.Modes, err = parseModes(*modes); err != nil {
 		return o, err
+	}
+	for _, sc := range strings.Split(*scenarios, ",") {
+		sc = strings.TrimSpace(sc)
+		if !slices.Contains([]string{scenarioOne, scenarioFour, scenarioSIGTERM}, sc) {
+			return o, fmt.Errorf("--scenarios: unknown scenario %q (known: %s, %s, %s)", sc, scenarioOne, scenarioFour, scenarioSIGTERM)
+		}
+		o.Scenarios = append(o.Scenarios, sc)
 	}
 	for _, q := range []struct {
 		name string
@@ -212,8 +223,9 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	if o.IgnoreSIGTERM {
 		term = "ignores SIGTERM"
 	}
-	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate; it %s\n\n",
+	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate; it %s\n",
 		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom), term)
+	fmt.Fprintf(out, "modes <mode>%s: four runaways started at once, sharing the prefill, each growing at the rate (reached: the domain's growth); won when cri-guard stopped all four. <mode>%s: the runaway ignores SIGTERM\n\n", suffixFour, suffixSIGTERM)
 	if o.SlowStateDir != "" {
 		fmt.Fprintf(out, "modes %s: cri-guard's state dir in %s (slow disk), the others' in %s\n\n", slowDiskSuffix, o.SlowStateDir, workDir)
 	}
@@ -224,22 +236,48 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 // slowDiskSuffix names a mode raced with its state dir on the slow disk.
 const slowDiskSuffix = "-slowdisk"
 
+// The runaway scenarios (--scenarios) and the suffixes of their labels.
+const (
+	scenarioOne     = "one"
+	scenarioFour    = "four"
+	scenarioSIGTERM = "sigterm"
+	suffixFour      = "-x4"
+	suffixSIGTERM   = "-sigterm"
+)
+
 // raceVariant is one cri-guard raced: a mode's configuration with its
-// state dir in the work dir or (slow) in --slow-state-dir.
+// state dir in the work dir or (slow) in --slow-state-dir, against a
+// scenario's runaways.
 type raceVariant struct {
-	mode  string // the configuration (raceModes)
-	label string // the mode's name in the table, its pods' and its work dir's
-	slow  bool
+	mode       string // the configuration (raceModes)
+	label      string // the mode's name in the table, its pods' and its work dir's
+	slow       bool
+	runaways   int  // started at once
+	ignoreTerm bool // they ignore SIGTERM
 }
 
-// raceVariants are the modes in order, each followed by its slow-disk
-// variant when --slow-state-dir is set.
+// raceVariants are the modes in order, each with every scenario, each
+// followed by its slow-disk variant when --slow-state-dir is set.
 func raceVariants(o raceOptions) []raceVariant {
+	scenarios := o.Scenarios
+	if len(scenarios) == 0 {
+		scenarios = []string{scenarioOne}
+	}
 	var out []raceVariant
 	for _, m := range o.Modes {
-		out = append(out, raceVariant{mode: m, label: m})
-		if o.SlowStateDir != "" {
-			out = append(out, raceVariant{mode: m, label: m + slowDiskSuffix, slow: true})
+		for _, sc := range scenarios {
+			v := raceVariant{mode: m, label: m, runaways: 1, ignoreTerm: o.IgnoreSIGTERM}
+			switch sc {
+			case scenarioFour:
+				v.label, v.runaways = m+suffixFour, 4
+			case scenarioSIGTERM:
+				v.label, v.ignoreTerm = m+suffixSIGTERM, true
+			}
+			out = append(out, v)
+			if o.SlowStateDir != "" {
+				v.label, v.slow = v.label+slowDiskSuffix, true
+				out = append(out, v)
+			}
 		}
 	}
 	return out
@@ -292,7 +330,7 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, oo
 		return nil, err
 	}
 	defer gconn.Close()
-	r := &racer{o: o, mode: mode, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
+	r := &racer{o: o, mode: mode, runaways: v.runaways, ignoreTerm: v.ignoreTerm, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
 		guardLog: filepath.Join(dir, "cri-guard.log"), ooms: ooms, log: log}
 	r.killsSeen, r.gapsSeen = ooms.count()
 	if err := r.waitServing(ctx); err != nil {
@@ -318,6 +356,8 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, oo
 type racer struct {
 	o          raceOptions
 	mode       string
+	runaways   int  // started at once in each run
+	ignoreTerm bool // they ignore SIGTERM
 	dom        *domain
 	direct     runtimeapi.RuntimeServiceClient // containerd
 	guard      runtimeapi.RuntimeServiceClient // through cri-guard
@@ -375,6 +415,21 @@ func (r *racer) newPod(role string) *racePod {
 // start creates the pod through cri-guard (retrying while admission
 // refuses it under memory pressure) and starts memhog in it.
 func (r *racer) start(ctx context.Context, p *racePod, args []string) error {
+	if err := r.runSandbox(ctx, p); err != nil {
+		return err
+	}
+	if err := r.createMemhog(ctx, p, args); err != nil {
+		return err
+	}
+	if _, err := r.guard.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container}); err != nil {
+		return fmt.Errorf("start container in %q: %w", p.name, err)
+	}
+	return nil
+}
+
+// runSandbox creates the pod's sandbox through cri-guard, retrying while
+// admission refuses it under memory pressure.
+func (r *racer) runSandbox(ctx context.Context, p *racePod) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := r.guard.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: p.config})
@@ -387,6 +442,11 @@ func (r *racer) start(ctx context.Context, p *racePod, args []string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	return nil
+}
+
+// createMemhog creates the pod's memhog container, not started.
+func (r *racer) createMemhog(ctx context.Context, p *racePod, args []string) error {
 	resp, err := r.guard.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId: p.sandbox,
 		Config: &runtimeapi.ContainerConfig{
@@ -404,9 +464,6 @@ func (r *racer) start(ctx context.Context, p *racePod, args []string) error {
 		return fmt.Errorf("create container in %q: %w", p.name, err)
 	}
 	p.container = resp.ContainerId
-	if _, err := r.guard.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container}); err != nil {
-		return fmt.Errorf("start container in %q: %w", p.name, err)
-	}
 	return nil
 }
 
@@ -509,7 +566,7 @@ type sample struct {
 	ws int64
 }
 
-// run races one runaway at rate MB/s.
+// run races the runaways (one, or four at once) at rate MB/s each.
 func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	res := raceRun{mode: r.mode, rate: rate, toDecision: -1, toStopped: -1}
 	fail := func(err error) raceRun {
@@ -523,10 +580,14 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	if err != nil {
 		return fail(err)
 	}
-	// start the runaway headroom above the threshold
-	prefill := max(r.o.Domain-r.o.Threshold-r.o.Headroom-ws, 0)
-	p := r.newPod(roleRunaway)
-	defer r.remove(p)
+	// start the runaways headroom above the threshold, sharing the prefill
+	n := max(r.runaways, 1)
+	prefill := max(r.o.Domain-r.o.Threshold-r.o.Headroom-ws, 0) / int64(n)
+	runaways := make([]*racePod, n)
+	for i := range runaways {
+		runaways[i] = r.newPod(roleRunaway)
+		defer r.remove(runaways[i])
+	}
 	oom0, err := r.oomCounts()
 	if err != nil {
 		return fail(err)
@@ -537,14 +598,16 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	logOffset := fileSize(r.guardLog)
 	r.dom.resetPeak()
 	args := []string{"-anon", "-prefill", strconv.FormatInt(prefill>>20, 10), "-rate", strconv.FormatFloat(rate, 'f', -1, 64), "-size", "0"}
-	if r.o.IgnoreSIGTERM {
+	if r.ignoreTerm {
 		args = append(args, "-ignore-sigterm")
 	}
-	if err := r.start(ctx, p, args); err != nil {
+	if err := r.startAll(ctx, runaways, args); err != nil {
 		return fail(err)
 	}
 	start := time.Now()
 	var crossedAt, stoppedAt time.Time
+	stopped := make([]bool, n)
+	left := n
 	var trace []sample
 	var peakWS int64
 	limit := r.o.Domain - r.o.Threshold // working set at which the threshold is met
@@ -553,7 +616,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		now := time.Now()
 		if now.Sub(start) > r.o.RunTimeout {
 			res.outcome = outcomeTimeout
-			res.err = r.timeoutState(ctx, p)
+			res.err = r.timeoutState(ctx, runaways)
 			break
 		}
 		_, ws, err := r.dom.workingSet()
@@ -574,8 +637,17 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 		}
 		if now.After(nextStatus) {
 			nextStatus = now.Add(10 * time.Millisecond)
-			if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil &&
-				st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+			for i, p := range runaways {
+				if stopped[i] {
+					continue
+				}
+				if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil &&
+					st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+					stopped[i] = true
+					left--
+				}
+			}
+			if left == 0 {
 				stoppedAt = now
 				res.outcome = outcomeWon
 				break
@@ -594,7 +666,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	ks, err := r.ooms.in(kills0, gaps0, r.dom.group)
 	for _, k := range ks {
 		res.outcome = outcomeOOM
-		res.killed = append(res.killed, r.roleOf(k.taskMemcg, p)+"("+k.task+")")
+		res.killed = append(res.killed, r.roleOf(k.taskMemcg, runaways)+"("+k.task+")")
 	}
 	if err != nil { // the follower stopped or missed records: nothing is known
 		res.outcome, res.err = outcomeError, err.Error()
@@ -612,16 +684,25 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	res.peakBytes = max(r.dom.peak(), peakWS)
 	res.crossed = !crossedAt.IsZero()
 	res.measuredRate = growthRate(trace, limit-96<<20, limit)
-	decided, ok := decisionTime(readFrom(r.guardLog, logOffset), p.name)
+	// the first decision on any runaway
+	var decided time.Time
+	guardLog := readFrom(r.guardLog, logOffset)
+	for _, p := range runaways {
+		if t, ok := decisionTime(guardLog, p.name); ok && (decided.IsZero() || t.Before(decided)) {
+			decided = t
+		}
+	}
 	if res.crossed {
-		if ok {
-			res.toDecision = decided.Sub(crossedAt)
+		if !decided.IsZero() {
+			// 0 when cri-guard's own sample saw the crossing before the
+			// bench's did (the bench samples between its status calls)
+			res.toDecision = max(decided.Sub(crossedAt), 0)
 		}
 		if !stoppedAt.IsZero() {
 			res.toStopped = stoppedAt.Sub(crossedAt)
 		}
 	}
-	if ok {
+	if !decided.IsZero() {
 		var atDecision int64
 		for _, s := range trace {
 			if !s.at.After(decided) {
@@ -635,21 +716,49 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	return res
 }
 
+// startAll starts the runaways as nearly at once as the runtime allows:
+// every sandbox first, then their memhogs one right after the other.
+func (r *racer) startAll(ctx context.Context, ps []*racePod, args []string) error {
+	if len(ps) == 1 {
+		return r.start(ctx, ps[0], args)
+	}
+	for _, p := range ps {
+		if err := r.runSandbox(ctx, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range ps {
+		if err := r.createMemhog(ctx, p, args); err != nil {
+			return err
+		}
+	}
+	for _, p := range ps {
+		if _, err := r.guard.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: p.container}); err != nil {
+			return fmt.Errorf("start container in %q: %w", p.name, err)
+		}
+	}
+	return nil
+}
+
 // timeoutState says where a run that timed out stood: the domain's usage
-// and the runaway's sandbox and container states.
-func (r *racer) timeoutState(ctx context.Context, p *racePod) string {
+// and the runaways' sandbox and container states.
+func (r *racer) timeoutState(ctx context.Context, ps []*racePod) string {
 	usage, ws, err := r.dom.workingSet()
 	if err != nil {
 		return fmt.Sprintf("timed out; domain: %v", err)
 	}
-	sb, cs := "?", "?"
-	if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil {
-		sb = st.GetStatus().GetState().String()
+	var states []string
+	for _, p := range ps {
+		sb, cs := "?", "?"
+		if st, err := r.direct.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: p.sandbox}); err == nil {
+			sb = st.GetStatus().GetState().String()
+		}
+		if st, err := r.direct.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: p.container}); err == nil {
+			cs = st.GetStatus().GetState().String()
+		}
+		states = append(states, "sandbox "+sb+", container "+cs)
 	}
-	if st, err := r.direct.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: p.container}); err == nil {
-		cs = st.GetStatus().GetState().String()
-	}
-	return fmt.Sprintf("timed out: domain usage %s, working set %s; runaway sandbox %s, container %s", fmtBytes(usage), fmtBytes(ws), sb, cs)
+	return fmt.Sprintf("timed out: domain usage %s, working set %s; runaways: %s", fmtBytes(usage), fmtBytes(ws), strings.Join(states, "; "))
 }
 
 // growthRate is the rate in MB/s at which the working set grew from the
@@ -677,9 +786,9 @@ func growthRate(trace []sample, lo, hi int64) float64 {
 }
 
 // roleOf names the pod whose cgroup holds the cgroup path, by its UID in
-// the path: the runaway p, a bystander, or "other".
-func (r *racer) roleOf(cgroup string, runaway *racePod) string {
-	for _, q := range append([]*racePod{runaway}, r.bystanders...) {
+// the path: a runaway, a bystander, or "other".
+func (r *racer) roleOf(cgroup string, runaways []*racePod) string {
+	for _, q := range append(slices.Clone(runaways), r.bystanders...) {
 		if q != nil && (cgroup == q.parent || strings.HasPrefix(cgroup, q.parent+"/")) {
 			return q.role
 		}

@@ -187,3 +187,25 @@ func TestOOMWatchIn(t *testing.T) {
 		t.Fatalf("a gap before the run failed it: %v", err)
 	}
 }
+
+// TestRaceScenarios: --scenarios races each mode against one runaway, four
+// at once and one that ignores SIGTERM, each a row of its own.
+func TestRaceScenarios(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseRaceFlags([]string{"--memhog", "/x", "--modes", "default,memcg", "--scenarios", "one,four,sigterm"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range raceVariants(o) {
+		got = append(got, fmt.Sprintf("%s:%s:%d:%v", v.label, v.mode, v.runaways, v.ignoreTerm))
+	}
+	want := []string{"default:default:1:false", "default-x4:default:4:false", "default-sigterm:default:1:true",
+		"memcg:memcg:1:false", "memcg-x4:memcg:4:false", "memcg-sigterm:memcg:1:true"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("variants %v, want %v", got, want)
+	}
+	if _, err := parseRaceFlags([]string{"--memhog", "/x", "--scenarios", "two"}, &stderr); err == nil {
+		t.Error("an unknown scenario was taken")
+	}
+}
