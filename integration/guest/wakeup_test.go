@@ -37,6 +37,9 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 		"housekeeping": "1m0s", "threshold": wakeThreshold,
 		"restored_housekeeping": "10s", "restored_active": "active",
 		"memhog_cgroup_seen": "yes", "memhog_cgroup_gone": "yes",
+		// the shipped unit's WatchdogSec (30s) with housekeeping every 60s,
+		// over an idle minute before the hog (wake.sh)
+		"watchdog": "30s", "same_pid": "yes", "nrestarts": "0", "watchdog_timeouts": "0",
 	})
 	decision := r.get("decision")
 	if r.get("decision_at") == "" || !strings.Contains(decision, "pod=memhog-vm") {
