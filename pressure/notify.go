@@ -129,53 +129,47 @@ func (n *MemcgNotifier) Run(ctx context.Context, fire func()) error {
 	return nil
 }
 
-// wait registers one threshold and waits for it for at most ReArm.
+// wait registers one threshold and waits for it for at most ReArm. The
+// eventfd is read through Go's netpoller, not a blocking poll: a thread
+// parked in a syscall makes the runtime's sysmon retake its P and spin up
+// again at each re-arm, which measured as most of the notifiers' idle cost.
 func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return false, fmt.Errorf("eventfd: %w", err)
 	}
-	defer unix.Close(efd) // closing the eventfd unregisters the event
+	ev := os.NewFile(uintptr(efd), "memcg-eventfd")
+	defer ev.Close() // closing the eventfd unregisters the event
 	usage, err := os.Open(filepath.Join(n.dir, "memory.usage_in_bytes"))
 	if err != nil {
 		return false, fmt.Errorf("open memory.usage_in_bytes: %w", err)
 	}
 	defer usage.Close()
+	// usage.Fd() is fine (a regular file); ev.Fd() would make the eventfd
+	// blocking and take it off the netpoller: efd is used instead
 	ctl := fmt.Sprintf("%d %d %d", efd, usage.Fd(), thr)
 	if err := os.WriteFile(filepath.Join(n.dir, "cgroup.event_control"), []byte(ctl), 0); err != nil {
 		return false, fmt.Errorf("write cgroup.event_control: %w", err)
 	}
-	// a cancellation wakes the poll at once through a second eventfd
-	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return false, fmt.Errorf("eventfd: %w", err)
+	if err := ev.SetReadDeadline(time.Now().Add(n.ReArm)); err != nil {
+		return false, fmt.Errorf("eventfd deadline: %w", err)
 	}
-	defer unix.Close(wake)
-	stop := context.AfterFunc(ctx, func() { _, _ = unix.Write(wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) })
+	// a cancellation ends the read at once
+	stop := context.AfterFunc(ctx, func() { _ = ev.SetReadDeadline(time.Now()) })
 	defer stop()
-	deadline := time.Now().Add(n.ReArm)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
-			return false, nil
-		}
-		fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
-		_, err := unix.Poll(fds, int(left.Milliseconds())+1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("poll eventfd: %w", err)
-		}
-		if fds[0].Revents&unix.POLLIN != 0 {
-			var b [8]byte
-			_, _ = unix.Read(efd, b[:])
-			return true, nil
-		}
-		if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-			return false, ErrCgroupGone
-		}
+	var b [8]byte
+	_, err = ev.Read(b[:])
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return false, nil // re-arm, or cancelled
+	case err != nil:
+		return false, fmt.Errorf("read eventfd: %w", err)
 	}
+	// the kernel also signals the eventfd when the cgroup is removed
+	if _, err := os.Stat(filepath.Join(n.dir, "memory.usage_in_bytes")); err != nil {
+		return false, ErrCgroupGone
+	}
+	return true, nil
 }
 
 func readInt(path string) (int64, error) {
