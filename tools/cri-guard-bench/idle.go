@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,9 +64,16 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	return o, err
 }
 
-// idleMetricsPort is the first of the ports the measured cri-guards
-// serve metrics on, one each.
-const idleMetricsPort = 19713
+// freeLocalPort returns a port free on 127.0.0.1 now (for a measured
+// cri-guard's metrics: the fixed ports belong to the test harness).
+func freeLocalPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
 
 // wakeupCounts reads cri_guard_wakeups_total from a metrics endpoint:
 // "tick 60, watch 0, ..." (the non-zero sources), "n/a" when the binary
@@ -117,6 +125,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		idlers = append(idlers, idler{"default@" + o.CompareLabel, "default", o.CompareBinary})
 	}
 	pids := make([]int, len(idlers))
+	ports := make([]int, len(idlers))
 	for i, id := range idlers {
 		mode := id.mode
 		dir := filepath.Join(workDir, id.label)
@@ -125,7 +134,10 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		}
 		cfgPath := filepath.Join(dir, "config.yaml")
 		// metrics on a port of their own: the wake-ups each took
-		metricsAddr := fmt.Sprintf("127.0.0.1:%d", idleMetricsPort+i)
+		if ports[i], err = freeLocalPort(); err != nil {
+			return err
+		}
+		metricsAddr := fmt.Sprintf("127.0.0.1:%d", ports[i])
 		cfg := raceConfig(ro, mode, filepath.Join(dir, "state"), dom)
 		cfg = strings.Replace(cfg, "metricsAddress: \"\"\n", "metricsAddress: "+metricsAddr+"\n", 1)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
@@ -186,7 +198,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 			extra = "(none)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%s\t%s\n", idlers[i].label, cpu, 100*cpu.Seconds()/elapsed.Seconds(), float64(after.rssKiB)/1024,
-			wakeupCounts(fmt.Sprintf("http://127.0.0.1:%d/metrics", idleMetricsPort+i)), extra)
+			wakeupCounts(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[i])), extra)
 	}
 	return tw.Flush()
 }
