@@ -292,6 +292,22 @@ start_containerd() {
 
 stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL; }
 
+# rm_shim_sockets: the sockets our shims left in /run/containerd/s (a shim that
+# is killed, or whose start was cancelled, does not remove its own). Their
+# names are containerd's sha256(<grpc address>/<namespace>/<id>) (pkg/shim
+# SocketAddress): the ids are the task bundles left and every id in the log, so
+# no other containerd's socket can match. Run when our shims are gone.
+rm_shim_sockets() {
+  local id h
+  { ls "$RT/state/io.containerd.runtime.v2.task/k8s.io" 2>/dev/null || true
+    grep -ohE '\b[0-9a-f]{64}\b' "$RT"/logs/containerd.log* 2>/dev/null || true; } | sort -u |
+    while read -r id; do
+      h=$(printf '%s' "$RT/containerd.sock/k8s.io/$id" | sha256sum)
+      h=/run/containerd/s/${h%% *}
+      if [ -S "$h" ]; then rm -f "$h"; fi
+    done
+}
+
 up_ok() {
   alive "$RT/containerd.pid" containerd && alive "$RT/registry.pid" docker-registry &&
     "$CTR" -a "$RT/containerd.sock" version >/dev/null 2>&1 && curl -sf "http://$REG/v2/" >/dev/null
@@ -345,9 +361,11 @@ down() {
   stop_pid "$RT/registry.pid" docker-registry TERM
   local p
   for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RT/containerd.sock" || true); do # leftover shims, by PID
-    kill -9 "$p" 2>/dev/null || true
+    # only shims: a shell whose command line holds this pattern matches it too
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ] && kill -9 "$p" 2>/dev/null || true
   done
   sleep 0.2
+  rm_shim_sockets
   { findmnt -rn -o TARGET | grep "^$RT/" || true; } | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
