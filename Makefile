@@ -1,7 +1,8 @@
 # cri-guard: build, unit tests, end-to-end tests against a private containerd.
 #
 #   make build   bin/cri-guard
-#   make test    unit tests (-race), then scripts/rt.sh up (containerd 1.6) and
+#   make test    unit tests (-race), then scripts/rt.sh up (containerd 2.3.7 and
+#                runc 1.5.2 from their Go modules, the guest's build) and
 #                up-events (containerd 1.7, for the event stream test), the
 #                host's integration tests (integration/host, integration/hostile,
 #                pressure), then scripts/cluster.sh up (a one-node Kubernetes

@@ -11,7 +11,9 @@
 #   scripts/rt.sh down-events         undo everything `up-events` did
 #   scripts/rt.sh images DIR          build the test images (OCI archives) into DIR
 #
-# The stack: Debian's containerd 1.6 + runc, a CNI bridge ($BRIDGE, $SUBNET), a
+# The stack: containerd $CTRD and runc $RUNC built from their Go modules (by
+# scripts/build-runtime.sh, the same build the UML guest of scripts/vm.sh runs;
+# cached in $CACHE/vm), a CNI bridge ($BRIDGE, $SUBNET), a
 # local docker-registry on $REG that stands in for every upstream registry (so
 # PullImage works offline), crictl/critest/ginkgo built from Go modules, and the
 # test images built offline by tools/mkimages. Everything lives under $RT
@@ -21,8 +23,9 @@
 # `up` writes $RT/env (source it), $RT/crictl.yaml and $RT/test-images.yaml.
 #
 # The events instance is independent of the stack above (either may be up
-# alone): containerd $CTRD_EVENTS, built from its Go module because Debian's 1.6
-# answers GetContainerEvents with Unimplemented, with its own shim, root, state
+# alone): containerd $CTRD_EVENTS, built from its Go module (1.7 is the first
+# with GetContainerEvents; the events test needs 1.7's behaviour, each event
+# given to one stream only), with Debian's runc, its own shim, root, state
 # and socket under $RTE (CRI_GUARD_RT_EVENTS_DIR, default $RT-events), the v1
 # cgroups /$CGE/containerd, no CNI (its pods must use the host network and
 # cgroup parents under /$CGE-pods) and only the pause image, imported offline.
@@ -53,6 +56,12 @@ die() { echo "rt.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root"
 
+# shellcheck source=build-runtime.sh
+. "$SRC/scripts/build-runtime.sh" # CTRD, RUNC, CTRD_DIR, RUNC_DIR, build_containerd, build_runc
+CTR=$CTRD_DIR/ctr
+# ctr 2.x prints containerd's deprecation warnings on every call: up says them once.
+export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
+
 # alive PIDFILE COMM: the saved process is running and is COMM.
 alive() {
   local p
@@ -72,7 +81,7 @@ stop_pid() {
   rm -f "$1"
 }
 
-apt_install() {
+apt_need() {
   local missing=() p
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -130,9 +139,10 @@ image_helpers() {
   done && go build -o "$1/mkimages" ./tools/mkimages)
 }
 
-# containerd_toml DIR CGROUP SHIM EXTRA: the config of a private containerd
-# (1.6 or 1.7) under DIR, in the v1 cgroup /CGROUP/containerd. SHIM, when not
-# empty, is the runc shim binary to use; EXTRA (more TOML tables) is appended.
+# containerd_toml DIR CGROUP SHIM EXTRA: the config (version 2) of a private
+# containerd 1.7 (the events instance) under DIR, in the v1 cgroup
+# /CGROUP/containerd. SHIM, when not empty, is the runc shim binary to use;
+# EXTRA (more TOML tables) is appended.
 containerd_toml() {
   local dir=$1 cg=$2 shim=$3 extra=$4 shim_line=""
   [ -n "$shim" ] && shim_line="runtime_path = \"$shim\""
@@ -175,10 +185,62 @@ $extra
 TOML
 }
 
+# containerd2_toml: the config of the stack's containerd $CTRD. Version 3, the
+# dialect every 2.x reads (the guest's too; 2.3 migrates it to its version 4
+# at start and logs so): the CRI plugin is split in io.containerd.cri.v1.runtime
+# and .images, the CRI server's streaming settings stay in io.containerd.grpc.v1.cri.
+containerd2_toml() {
+  cat >"$RT/containerd.toml" <<TOML
+version = 3
+root = "$RT/root"
+state = "$RT/state"
+[grpc]
+  address = "$RT/containerd.sock"
+[ttrpc]
+  address = "$RT/containerd.sock.ttrpc"
+[cgroup]
+  # containerd moves itself (so its shims and containers) into these v1 cgroups:
+  # relative cgroup paths must never land in the cgroup this shell runs in.
+  path = "/$CG/containerd"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$RT/opt"
+# On by default in 2.x with a socket in /var/run/nri shared by the host: off.
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "registry.k8s.io/pause:3.9"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$RT/certs.d"
+[plugins.'io.containerd.cri.v1.runtime']
+  # root lacks CAP_SYS_RESOURCE here: without this every RunPodSandbox fails
+  # with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      # not whatever shim and runc are first in PATH (Debian's 1.6 ones, for up-events)
+      runtime_path = "$CTRD_DIR/containerd-shim-runc-v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$RUNC_DIR/runc"
+        Root = "$RT/state/runc"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$RT/cni/net.d"
+TOML
+}
+
 configs() {
   mkdir -p "$RT"/{root,state,logs,opt,cni/net.d,certs.d,registry-data,images}
-  containerd_toml "$RT" "$CG" "" "[plugins.\"io.containerd.grpc.v1.cri\".registry]
-  config_path = \"$RT/certs.d\""
+  containerd2_toml
   cat >"$RT/cni/net.d/10-$NET.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "$NET", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
@@ -216,11 +278,11 @@ start_containerd() {
   alive "$RT/containerd.pid" containerd && return 0
   rm -f "$RT/containerd.sock" "$RT/containerd.sock.ttrpc"
   # setsid: a Ctrl-C in the shell that ran `up` must not reach containerd.
-  setsid containerd --config "$RT/containerd.toml" >>"$RT/logs/containerd.log" 2>&1 </dev/null &
+  setsid "$CTRD_DIR/containerd" --config "$RT/containerd.toml" >>"$RT/logs/containerd.log" 2>&1 </dev/null &
   echo $! >"$RT/containerd.pid"
   local i
   for i in $(seq 300); do
-    ctr -a "$RT/containerd.sock" version >/dev/null 2>&1 && return 0
+    "$CTR" -a "$RT/containerd.sock" version >/dev/null 2>&1 && return 0
     alive "$RT/containerd.pid" containerd || break
     sleep 0.1
   done
@@ -230,9 +292,25 @@ start_containerd() {
 
 stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL; }
 
+# rm_shim_sockets: the sockets our shims left in /run/containerd/s (a shim that
+# is killed, or whose start was cancelled, does not remove its own). Their
+# names are containerd's sha256(<grpc address>/<namespace>/<id>) (pkg/shim
+# SocketAddress): the ids are the task bundles left and every id in the log, so
+# no other containerd's socket can match. Run when our shims are gone.
+rm_shim_sockets() {
+  local id h
+  { ls "$RT/state/io.containerd.runtime.v2.task/k8s.io" 2>/dev/null || true
+    grep -ohE '\b[0-9a-f]{64}\b' "$RT"/logs/containerd.log* 2>/dev/null || true; } | sort -u |
+    while read -r id; do
+      h=$(printf '%s' "$RT/containerd.sock/k8s.io/$id" | sha256sum)
+      h=/run/containerd/s/${h%% *}
+      if [ -S "$h" ]; then rm -f "$h"; fi
+    done
+}
+
 up_ok() {
   alive "$RT/containerd.pid" containerd && alive "$RT/registry.pid" docker-registry &&
-    ctr -a "$RT/containerd.sock" version >/dev/null 2>&1 && curl -sf "http://$REG/v2/" >/dev/null
+    "$CTR" -a "$RT/containerd.sock" version >/dev/null 2>&1 && curl -sf "http://$REG/v2/" >/dev/null
 }
 
 up() {
@@ -241,8 +319,10 @@ up() {
     return 0
   fi
   [ -e "$RT" ] && down # stale leftovers of a killed run
-  apt_install containerd runc containernetworking-plugins docker-registry nftables iptables curl stress-ng
+  apt_need containernetworking-plugins docker-registry nftables iptables curl stress-ng
   command -v go >/dev/null || die "go is required"
+  build_containerd
+  build_runc
   mkdir -p "$RT" && touch "$MARK"
   tools
   configs
@@ -264,7 +344,9 @@ up() {
 
   ts "containerd"
   start_containerd
-  for i in pause busybox; do ctr -a "$RT/containerd.sock" -n k8s.io images import "$RT/images/$i.tar" >/dev/null; done
+  for i in pause busybox; do "$CTR" -a "$RT/containerd.sock" -n k8s.io images import "$RT/images/$i.tar" >/dev/null; done
+  # On this v1 host: io.containerd.deprecation/cgroup-v1 (removed by May 2029).
+  "$CTR" -a "$RT/containerd.sock" deprecations list | awk 'NR > 1 { print "[rt] containerd deprecation: " $1 }' >&2
   ts "ready: source $RT/env   (crictl --config $RT/crictl.yaml ps)"
 }
 
@@ -279,9 +361,11 @@ down() {
   stop_pid "$RT/registry.pid" docker-registry TERM
   local p
   for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RT/containerd.sock" || true); do # leftover shims, by PID
-    kill -9 "$p" 2>/dev/null || true
+    # only shims: a shell whose command line holds this pattern matches it too
+    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ] && kill -9 "$p" 2>/dev/null || true
   done
   sleep 0.2
+  rm_shim_sockets
   { findmnt -rn -o TARGET | grep "^$RT/" || true; } | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
@@ -344,7 +428,7 @@ up_events() {
     return 0
   fi
   [ -e "$RTE" ] && down_events
-  apt_install runc containerd # runc, and ctr for the image import
+  apt_need runc containerd # runc, and ctr for the image import
   command -v go >/dev/null || die "go is required"
   events_tools
   mkdir -p "$RTE" && touch "$RTE/.cri-guard-rt-events"

@@ -3,8 +3,8 @@
 # current kubelet, cri-guard installed from its .deb) in a User-mode Linux guest.
 #
 #   scripts/vm.sh build                 build (or keep) everything the guest needs
-#   scripts/vm.sh prebuild              only what no other script builds (kernel, image,
-#                                       containerd, runc): make test starts it first
+#   scripts/vm.sh prebuild              the long builds (kernel, image, containerd, runc):
+#                                       make test starts it first
 #   scripts/vm.sh up                    build, boot the guest, provision it; idempotent
 #   scripts/vm.sh exec [-t SECS] -- CMD run CMD (a shell command line) in the guest as
 #                                       root: its output, its exit code (124: timed out)
@@ -22,7 +22,8 @@
 #                          scripts/vm/kernel.options (key: their hash)
 #   disk-<key>.ext4        a debootstrapped Debian 12 with systemd, the CNI plugins
 #                          and vm-agent (key: scripts/vm/image/*)
-#   containerd-$CTRD/ runc-$RUNC/  built from their Go modules
+#   containerd-$CTRD/ runc-$RUNC/  built from their Go modules by
+#                          scripts/build-runtime.sh (the host harness runs the same build)
 # and the kubelet of scripts/cluster.sh build (one Kubernetes release for the
 # cluster and the guest) and the crictl of scripts/rt.sh. cri-guard is packaged by `make deb` on every build.
 #
@@ -38,8 +39,6 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VM=${CRI_GUARD_VM:-/tmp/cri-guard-vm}
 CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
 VMC=$CACHE/vm
-CTRD=v2.3.7      # the newest 2.3.x (the LTS) on the module proxy
-RUNC=v1.5.2
 CRI_TOOLS=v1.37.0
 VM_MEM=${CRI_GUARD_VM_MEM:-2560M}
 SHARE=$VM/share
@@ -49,6 +48,8 @@ T0=$EPOCHREALTIME
 ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[vm +%7.2fs] %s\n", a - b, m }' >&2; }
 die() { echo "vm.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root"
+# shellcheck source=build-runtime.sh
+. "$SRC/scripts/build-runtime.sh" # CTRD, RUNC, build_containerd, build_runc
 
 apt_need() { # apt_need CMD-OR-PKG... : install the Debian packages that are missing
   local missing=() p
@@ -138,41 +139,6 @@ build_image() {
   ts "image: $out"
 }
 
-# modsrc MODULE VERSION DIR: a writable copy of a module's source.
-modsrc() {
-  local d
-  d=$(go mod download -json "$1@$2" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
-  [ -n "$d" ] || die "go mod download $1@$2 failed"
-  rm -rf "$3"; cp -a "$d" "$3"; chmod -R u+w "$3"
-}
-
-# containerd 2.x: static, without cgo (no btrfs); the shim as its Makefile builds it.
-build_containerd() {
-  local o=$VMC/containerd-$CTRD b=$VMC/src/containerd-$CTRD
-  [ -x "$o/containerd" ] && [ -x "$o/containerd-shim-runc-v2" ] && [ -x "$o/ctr" ] && return 0
-  ts "containerd $CTRD: build"
-  mkdir -p "$VMC/src"; modsrc github.com/containerd/containerd/v2 "$CTRD" "$b"
-  local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$CTRD -X github.com/containerd/containerd/v2/version.Revision=module"
-  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
-  (cd "$b" && CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_btrfs" -ldflags "$ld" -o "$o.tmp/" ./cmd/containerd ./cmd/ctr &&
-    CGO_ENABLED=0 go build -trimpath -tags "urfave_cli_no_docs osusergo netgo static_build no_grpc" -ldflags "$ld" -o "$o.tmp/" ./cmd/containerd-shim-runc-v2 &&
-    install -m 0644 containerd.service "$o.tmp/containerd.service")
-  rm -rf "$o" "$b"; mv "$o.tmp" "$o"
-}
-
-# runc: static-pie with seccomp (libseccomp-dev's static library), no libpathrs.
-build_runc() {
-  local o=$VMC/runc-$RUNC b=$VMC/src/runc-$RUNC
-  [ -x "$o/runc" ] && return 0
-  apt_need libseccomp-dev gcc libc6-dev pkg-config
-  ts "runc $RUNC: build"
-  mkdir -p "$VMC/src"; modsrc github.com/opencontainers/runc "$RUNC" "$b"
-  rm -rf "$o.tmp"; mkdir -p "$o.tmp"
-  (cd "$b" && CGO_ENABLED=1 go build -trimpath -buildmode=pie -tags "seccomp urfave_cli_no_docs netgo osusergo" \
-    -ldflags "-s -w -X main.version=${RUNC#v} -X main.gitCommit=module -linkmode external -extldflags -static-pie" -o "$o.tmp/runc" .)
-  rm -rf "$o" "$b"; mv "$o.tmp" "$o"
-}
-
 # crictl: the one scripts/rt.sh builds for the host harness (same cache, same version).
 build_crictl() {
   local o=$CACHE/tools-$CRI_TOOLS/bin
@@ -188,9 +154,9 @@ build_share() {
   local b=$SHARE/bin kbin
   mkdir -p "$b" "$SHARE/images" "$SHARE/deb" "$SHARE/exec"
   kbin=$("$SRC/scripts/cluster.sh" kbin)
-  install -m 0755 "$VMC/containerd-$CTRD"/{containerd,containerd-shim-runc-v2,ctr} "$VMC/runc-$RUNC/runc" \
+  install -m 0755 "$CTRD_DIR"/{containerd,containerd-shim-runc-v2,ctr} "$RUNC_DIR/runc" \
     "$CACHE/tools-$CRI_TOOLS/bin/crictl" "$kbin/kubelet" "$b/"
-  install -m 0644 "$VMC/containerd-$CTRD/containerd.service" "$SHARE/containerd.service"
+  install -m 0644 "$CTRD_DIR/containerd.service" "$SHARE/containerd.service"
   (cd "$SRC" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$b/memhog" ./tools/memhog)
   rm -f "$SHARE"/deb/*.deb
   make -s -C "$SRC" deb DEB_DIR="$SHARE/deb" >/dev/null
@@ -200,8 +166,9 @@ build_share() {
   rm -rf "$SHARE/guest"; cp -a "$SRC/scripts/vm/guest" "$SHARE/guest"
 }
 
-# prebuild: the guest's own builds (kernel, image, containerd, runc), none
-# shared with the other scripts: make test runs it in the background while
+# prebuild: the guest's long builds (kernel, image, containerd, runc; rt.sh up
+# waits for the same containerd and runc builds under their locks rather than
+# building them twice): make test runs it in the background while
 # the host stages run.
 prebuild() {
   mkdir -p "$VMC"

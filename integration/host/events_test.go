@@ -30,8 +30,8 @@ func TestContainerEventsStreamShared(t *testing.T) {
 
 // TestContainerEventsStream opens GetContainerEvents through cri-guard, then
 // creates a sandbox, and expects the stream to deliver its events. A runtime
-// that does not implement the method (Debian's containerd 1.6) must give the
-// same status through cri-guard as directly.
+// that does not implement the method (containerd 1.6) must give the same
+// status through cri-guard as directly.
 func TestContainerEventsStream(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
@@ -56,10 +56,8 @@ func TestContainerEventsStream(t *testing.T) {
 			events <- ev
 		}
 	}()
-	// The stream is established when the server has sent its headers.
-	if _, err := stream.Header(); err != nil {
-		t.Fatalf("GetContainerEvents header: %v", err)
-	}
+	// No header to wait for: containerd 2.x, like 1.7, sends none before the
+	// first event. Give the server time to subscribe (or to refuse).
 	select {
 	case err := <-streamErr:
 		if status.Code(err) == codes.Unimplemented {
