@@ -129,7 +129,12 @@ func (n *MemcgNotifier) Run(ctx context.Context, fire func()) error {
 	return nil
 }
 
-// wait registers one threshold and waits for it for at most ReArm. The
+// reArmTolerance is how far the level may move before it is registered
+// again.
+const reArmTolerance = 1 << 20
+
+// wait registers one threshold and waits for it, looking every ReArm
+// whether the level moved (then it returns to be registered again). The
 // eventfd is read through Go's netpoller, not a blocking poll: a thread
 // parked in a syscall makes the runtime's sysmon retake its P and spin up
 // again at each re-arm, which measured as most of the notifiers' idle cost.
@@ -151,19 +156,37 @@ func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 	if err := os.WriteFile(filepath.Join(n.dir, "cgroup.event_control"), []byte(ctl), 0); err != nil {
 		return false, fmt.Errorf("write cgroup.event_control: %w", err)
 	}
-	if err := ev.SetReadDeadline(time.Now().Add(n.ReArm)); err != nil {
-		return false, fmt.Errorf("eventfd deadline: %w", err)
-	}
 	// a cancellation ends the read at once
 	stop := context.AfterFunc(ctx, func() { _ = ev.SetReadDeadline(time.Now()) })
 	defer stop()
 	var b [8]byte
-	_, err = ev.Read(b[:])
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return false, nil // re-arm, or cancelled
-	case err != nil:
-		return false, fmt.Errorf("read eventfd: %w", err)
+	for {
+		if err := ev.SetReadDeadline(time.Now().Add(n.ReArm)); err != nil {
+			return false, fmt.Errorf("eventfd deadline: %w", err)
+		}
+		if ctx.Err() != nil { // before the AfterFunc's deadline, not after
+			return false, nil
+		}
+		_, err = ev.Read(b[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			// the level moves with inactive_file: registered again only
+			// when it moved (an idle node keeps its registration)
+			now, err := n.usageThreshold()
+			if err != nil {
+				return false, fmt.Errorf("memcg notification threshold: %w", err)
+			}
+			if now-thr >= reArmTolerance || thr-now >= reArmTolerance {
+				return false, nil
+			}
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read eventfd: %w", err)
+		}
+		break
 	}
 	// the kernel also signals the eventfd when the cgroup is removed
 	if _, err := os.Stat(filepath.Join(n.dir, "memory.usage_in_bytes")); err != nil {
