@@ -118,6 +118,13 @@ log: {level: debug, format: json}
 		{name: "relative path", yaml: "stateDir: var/lib\n", wantErr: []string{`stateDir: must be an absolute path, got "var/lib"`}},
 		{name: "bad trigger window", yaml: "psiTrigger: some 150000 20000000\n", wantErr: []string{"psiTrigger: psi trigger \"some 150000 20000000\": window must be"}},
 		{name: "bad trigger form", yaml: "psiTrigger: most 1 2\n", wantErr: []string{"psiTrigger: psi trigger \"most 1 2\": want"}},
+		{name: "bad fast poll", yaml: "fastPoll: {interval: 10ms, watch: 200ms, margin: -1Mi, maxRate: fast}\n",
+			wantErr: []string{`fastPoll.margin: want a non-negative quantity such as 256Mi, got "-1Mi"`, `fastPoll.maxRate: want a non-negative quantity per second such as 2Gi, got "fast"`}},
+		{name: "fast poll defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.FastPoll.MaxRateBytes() != 2<<30 || c.FastPoll.MarginBytes() != 256<<20 || c.PSITrigger != "some 50000 1000000" {
+				t.Fatalf("fastPoll %+v (maxRate %d), psiTrigger %q", c.FastPoll, c.FastPoll.MaxRateBytes(), c.PSITrigger)
+			}
+		}},
 		{name: "trigger disabled", yaml: "psiTrigger: \"\"\n", check: func(t *testing.T, c Config) {
 			if c.PSITrigger != "" {
 				t.Fatalf("psiTrigger = %q", c.PSITrigger)
