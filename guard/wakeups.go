@@ -261,7 +261,7 @@ func runTriggerOn(ctx context.Context, path, spec string, fire func(), log *logr
 		log.WithError(err).Error("psi trigger disabled")
 		return false, ""
 	}
-	log.WithField("trigger", tr.String()).Info("psi trigger armed")
+	tr.Armed = func() { log.WithField("trigger", tr.String()).Info("psi trigger armed") }
 	err = tr.Run(ctx, func() {
 		log.Debug("psi trigger fired")
 		fire()

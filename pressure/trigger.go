@@ -32,6 +32,9 @@ var ErrNotPressureFile = errors.New("not a kernel pressure file (want procfs or 
 type Trigger struct {
 	path string
 	spec string
+	// Armed, when set, is called once the kernel has taken the trigger
+	// (before any fire): a refused spec is never said to be armed.
+	Armed func()
 }
 
 // ParseTriggerSpec checks a trigger spec ("some 150000 2000000": kind, stall
@@ -153,6 +156,9 @@ func (t *Trigger) Run(ctx context.Context, fire func()) error {
 				t.path, t.spec, ErrTriggerRejected, err)
 		}
 		return fmt.Errorf("arm psi trigger %q with %q: %w", t.path, t.spec, err)
+	}
+	if t.Armed != nil {
+		t.Armed()
 	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
