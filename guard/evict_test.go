@@ -397,9 +397,7 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 // under way (several runaways at once must not wait on each other's
 // teardown); a sample above the threshold chooses none.
 func TestNextEvictionWhileSandboxStops(t *testing.T) {
-	rt := newFakeRuntime()
-	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
-	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt := twoReadyPods()
 	rt.stopHang = make(chan struct{})
 	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
 	ctx := context.Background()
@@ -426,11 +424,7 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 	if len(ids) != 2 || ids[0] != first[0] || ids[1] == ids[0] {
 		t.Fatalf("under way = %v, want %v and the other pod", ids, first)
 	}
-	rt.mu.Lock()
-	close(rt.stopHang)
-	rt.stopHang = nil
-	rt.mu.Unlock()
-	h.settled(t)
+	h.releaseAndSettle(t)
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
 		t.Fatalf("decisions = %v, want two evictions", got)
 	}
@@ -443,9 +437,7 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 // and not while the victim still holds its memory. A moment from OOM
 // (under half of the hard threshold) neither gets a grace period.
 func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
-	rt := newFakeRuntime()
-	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
-	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	rt := twoReadyPods()
 	rt.ctrHang = make(chan struct{})
 	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
 	ctx := context.Background()
@@ -467,12 +459,32 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	if ids, cut := under(); len(ids) != 2 || cut != 2 {
 		t.Fatalf("under way %v with %d cut, want both pods, both cut", ids, cut)
 	}
-	rt.mu.Lock()
-	close(rt.ctrHang)
-	rt.ctrHang = nil
-	rt.mu.Unlock()
-	h.settled(t)
+	h.releaseAndSettle(t)
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
 		t.Fatalf("decisions = %v, want two evictions", got)
 	}
+}
+
+// twoReadyPods is a runtime with two ready sandboxes, s1 (p1, older) and
+// s2 (p2), a running container each.
+func twoReadyPods() *fakeRuntime {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	return rt
+}
+
+// releaseAndSettle lets every held container and sandbox stop end, and
+// waits until no eviction is under way.
+func (h *realHarness) releaseAndSettle(t *testing.T) {
+	t.Helper()
+	h.rt.mu.Lock()
+	for _, c := range []*chan struct{}{&h.rt.stopHang, &h.rt.ctrHang} {
+		if *c != nil {
+			close(*c)
+			*c = nil
+		}
+	}
+	h.rt.mu.Unlock()
+	h.settled(t)
 }
