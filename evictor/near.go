@@ -19,6 +19,9 @@ type Evaluation struct {
 	Thresholds []pressure.Threshold
 	// Met are the thresholds that act (pressure.Result.Met).
 	Met []pressure.Met
+	// Sample is the last sample itself (the kernel notifiers' levels
+	// follow it: pressure.MemcgNotifier.Relevel).
+	Sample pressure.NodeSample
 }
 
 // Evaluation returns the last evaluation; the zero value before the
@@ -27,7 +30,7 @@ func (m *Manager) Evaluation() Evaluation {
 	if m.statsErr != nil || m.lastSample.IsZero() {
 		return Evaluation{}
 	}
-	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met}
+	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met, Sample: m.sample}
 }
 
 // NearThreshold reports whether a threshold acts or a memory signal is

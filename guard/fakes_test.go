@@ -313,9 +313,10 @@ type ruleEvictor struct {
 	pressure atomic.Bool
 	admits   int
 	syncs    int
-	marked   []string // MarkEvicted calls, by UID
-	evicted  []string // Evicted calls, by UID
-	failed   []string // EvictionFailed calls, by UID
+	marked   []string            // MarkEvicted calls, by UID
+	evicted  []string            // Evicted calls, by UID
+	failed   []string            // EvictionFailed calls, by UID
+	sample   pressure.NodeSample // the last sample Evaluation says (set before Run)
 }
 
 func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
@@ -332,7 +333,7 @@ func (e *ruleEvictor) Observe() {}
 func (e *ruleEvictor) PodWorkingSet(*pod.Pod) (int64, bool) { return 0, false }
 
 // Evaluation is never near a threshold: the fast paths stay off.
-func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{} }
+func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{Sample: e.sample} }
 
 func (e *ruleEvictor) GraceCut(*evictor.Eviction, string) {}
 

@@ -195,7 +195,7 @@ func TestTriggerWidenedWithoutCapability(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runTrigger(ctx, func() string { return path }, "some 50000 1000000", func() {}, logrus.NewEntry(logger))
+		runTrigger(ctx, func() string { return path }, "some 50000 1000000", nil, func() {}, logrus.NewEntry(logger))
 	}()
 	defer func() { cancel(); <-done }()
 	armed := func() string {
@@ -238,5 +238,50 @@ func TestWatchdogBetweenPasses(t *testing.T) {
 	waitFor(t, func() bool { return pings.Load() >= 3 })
 	if n := l.Wakeups()["tick"]; n != 0 {
 		t.Errorf("%d housekeeping ticks in an hour's interval", n)
+	}
+}
+
+// TestTriggerFollowsFileAtRecheck: the PSI trigger looks whether its file
+// changed only when the loop's tick asks (recheck), with no timer of its
+// own: the file changes, nothing happens until a recheck, then the trigger
+// is armed on the new file.
+func TestTriggerFollowsFileAtRecheck(t *testing.T) {
+	const memory, io = "/proc/pressure/memory", "/proc/pressure/io"
+	for _, p := range []string{memory, io} {
+		if _, err := pressure.NewTrigger(p, "some 100000 2000000"); err != nil {
+			t.Skipf("no PSI trigger on %s here: %v", p, err)
+		}
+	}
+	logger, hook := logtest.NewNullLogger()
+	logger.SetLevel(logrus.InfoLevel)
+	var file atomic.Value
+	file.Store(memory)
+	recheck := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runTrigger(ctx, func() string { return file.Load().(string) }, "some 100000 2000000", recheck, func() {}, logrus.NewEntry(logger))
+	}()
+	defer func() { cancel(); <-done }()
+	armedOn := func() []string {
+		var out []string
+		for _, e := range hook.AllEntries() {
+			if e.Message == "psi trigger armed" {
+				out = append(out, e.Data["trigger"].(string))
+			}
+		}
+		return out
+	}
+	waitFor(t, func() bool { return len(armedOn()) == 1 })
+	file.Store(io)
+	time.Sleep(200 * time.Millisecond)
+	if got := armedOn(); len(got) != 1 {
+		t.Fatalf("re-armed without a recheck: %v", got)
+	}
+	recheck <- struct{}{}
+	waitFor(t, func() bool { return len(armedOn()) == 2 })
+	if got := armedOn()[1]; !strings.HasPrefix(got, io+":") {
+		t.Errorf("armed %q after the recheck, want on %s", got, io)
 	}
 }

@@ -305,6 +305,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.recordWrites()
 		case <-tick.C:
 			l.housekeeping(ctx, passTick)
+			l.afterTick()
 			fp.schedule(passTick)
 		case <-l.trigger:
 			l.housekeeping(ctx, passTrigger)

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -24,8 +23,8 @@ type Wakeups struct {
 	PSITrigger string
 	// TriggerFile names the pressure file to arm the trigger on now
 	// (pressure.Sampler.TriggerFile: the pods cgroup's memory.pressure
-	// once it exists, else the node's); looked at again every
-	// triggerRecheck.
+	// once it exists, else the node's); looked at again at every
+	// housekeeping tick.
 	TriggerFile func() string
 	// Notifiers returns the kernel memory notifications for thresholds
 	// (pressure.Sampler.MemcgNotifiers, v1 memcg usage thresholds, at
@@ -56,10 +55,10 @@ type Notifier interface {
 	// margin before the threshold) rather than at the threshold: then the
 	// fast poll's watch need not sample for that signal.
 	Near() bool
+	// Relevel hands it the loop's housekeeping sample, from which its
+	// level follows (inactive_file moves it); it must not block.
+	Relevel(s pressure.NodeSample)
 }
-
-// triggerRecheck is how often the PSI trigger looks whether its file changed.
-const triggerRecheck = 5 * time.Second
 
 // wakeups is the loop's running state of its Wakeups (loop goroutine).
 type wakeups struct {
@@ -70,6 +69,12 @@ type wakeups struct {
 	// last arming (gen) watches.
 	covered map[pressure.Signal]bool
 	gen     uint64
+	// notifiers are those of the last arming, relevelled by each
+	// housekeeping sample (relevel).
+	notifiers []Notifier
+	// recheck asks the PSI trigger to look whether its file changed: each
+	// housekeeping tick, so that an idle trigger takes no timer of its own.
+	recheck chan struct{}
 }
 
 // nearCovered reports whether a kernel notification watches the near
@@ -106,7 +111,9 @@ func (l *Loop) startWakeups(ctx context.Context) {
 	w := l.cfg.Wakeups
 	if w.PSITrigger != "" && w.TriggerFile != nil {
 		log := l.log.WithField("component", "psi")
-		l.wakeWG.Go(func() { runTrigger(ctx, w.TriggerFile, w.PSITrigger, l.Trigger, log) })
+		l.wake.recheck = make(chan struct{}, 1)
+		recheck := l.wake.recheck
+		l.wakeWG.Go(func() { runTrigger(ctx, w.TriggerFile, w.PSITrigger, recheck, l.Trigger, log) })
 	}
 	if w.MemoryEvents != nil {
 		log := l.log.WithField("component", "memory-events")
@@ -135,6 +142,7 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	}
 	l.wake.gen++
 	l.wake.covered = nil
+	l.wake.notifiers = nil
 	if l.cfg.Wakeups.Notifiers == nil || l.wake.ctx == nil || l.wake.noNotification {
 		return
 	}
@@ -151,6 +159,7 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	}
 	ctx, cancel := context.WithCancel(l.wake.ctx)
 	l.wake.stopNotifiers = cancel
+	l.wake.notifiers = ns
 	gen := l.wake.gen
 	for _, n := range ns {
 		log.WithField("notifier", n.String()).Info("kernel memcg notification armed")
@@ -180,6 +189,24 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 	}
 }
 
+// afterTick hands the housekeeping tick's sample to the kernel
+// notifiers (their levels follow inactive_file) and asks the PSI trigger
+// to look at its file: the tick is their only clock, so that an idle node
+// wakes nothing between two ticks (loop goroutine).
+func (l *Loop) afterTick() {
+	select {
+	case l.wake.recheck <- struct{}{}:
+	default:
+	}
+	if len(l.wake.notifiers) == 0 {
+		return
+	}
+	s := l.ev.Evaluation().Sample
+	for _, n := range l.wake.notifiers {
+		n.Relevel(s)
+	}
+}
+
 // postUnless runs f on the loop like post, unless ctx ends first (a
 // wake-up's goroutine while the loop stops: Run waits for them).
 func (l *Loop) postUnless(ctx context.Context, f func()) {
@@ -200,23 +227,22 @@ func (l *Loop) notified() {
 }
 
 // runTrigger arms the PSI trigger on file() and calls fire each time it
-// fires. It follows file: a pods cgroup that appears after start-up (the
-// kubelet creates kubepods.slice after cri-guard on a booting systemd node,
-// seen in the guest) gets the trigger within triggerRecheck, and a trigger
-// whose cgroup went away falls back to the node's.
-func runTrigger(ctx context.Context, file func() string, spec string, fire func(), log *logrus.Entry) {
+// fires. It follows file, looked at again at each recheck (the loop's
+// housekeeping tick): a pods cgroup that appears after start-up (the
+// kubelet creates kubepods.slice after cri-guard on a booting systemd
+// node, seen in the guest) gets the trigger by the next tick, and a
+// trigger whose cgroup went away falls back to the node's.
+func runTrigger(ctx context.Context, file func() string, spec string, recheck <-chan struct{}, fire func(), log *logrus.Entry) {
 	for ctx.Err() == nil {
 		path := file()
 		tctx, cancel := context.WithCancel(ctx)
 		moved := make(chan struct{})
 		go func() {
-			t := time.NewTicker(triggerRecheck)
-			defer t.Stop()
 			for {
 				select {
 				case <-tctx.Done():
 					return
-				case <-t.C:
+				case <-recheck:
 					if file() != path {
 						close(moved)
 						cancel()
@@ -241,9 +267,9 @@ func runTrigger(ctx context.Context, file func() string, spec string, fire func(
 		if !retry {
 			return
 		}
-		select {
+		select { // armed again at the next tick
 		case <-ctx.Done():
-		case <-time.After(triggerRecheck):
+		case <-recheck:
 		}
 	}
 }

@@ -17,6 +17,21 @@ type fakeNotifier struct {
 	near  bool
 	fire  chan struct{}
 	done  chan struct{} // closed when Run returned
+
+	mu       sync.Mutex
+	relevels []pressure.NodeSample // what each Relevel handed it
+}
+
+func (n *fakeNotifier) Relevel(s pressure.NodeSample) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.relevels = append(n.relevels, s)
+}
+
+func (n *fakeNotifier) relevelled() []pressure.NodeSample {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.relevels)
 }
 
 func (n *fakeNotifier) String() string { return n.level }
@@ -179,5 +194,52 @@ func TestNoNotificationSaidOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("asked for notifications %d times, want 1", n)
+	}
+}
+
+// TestTickRelevelsNotifiers: each housekeeping tick hands the kernel
+// notifiers the evictor's sample (their levels follow inactive_file: the
+// tick is their only clock, so an idle notifier takes no timer), and a
+// pass the kernel woke does not.
+func TestTickRelevelsNotifiers(t *testing.T) {
+	f := &notifierFactory{near: true}
+	sample := pressure.NodeSample{HasAllocatable: true, AllocatableCapacityBytes: 1 << 30, AllocatableInactiveFileBytes: 7 << 20}
+	rt, ev := newFakeRuntime(), &ruleEvictor{sample: sample}
+	l, err := New(Config{HousekeepingInterval: 20 * time.Millisecond, Wakeups: Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")}},
+		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runLoop(t, l)
+	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	n := f.last()
+	waitFor(t, func() bool { return len(n.relevelled()) >= 3 })
+	for i, s := range n.relevelled() {
+		if s != sample {
+			t.Fatalf("relevel %d handed %+v, want the evictor's sample %+v", i, s, sample)
+		}
+	}
+	if got := l.Wakeups()["tick"]; got < 3 {
+		t.Errorf("%d ticks for 3 relevels", got)
+	}
+}
+
+func TestNotificationPassDoesNotRelevel(t *testing.T) {
+	f := &notifierFactory{near: true}
+	rt, ev := newFakeRuntime(), &ruleEvictor{sample: pressure.NodeSample{HasAllocatable: true}}
+	var passes sync.WaitGroup
+	l, err := New(Config{HousekeepingInterval: time.Hour, Wakeups: Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")}},
+		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog(), Watchdog: func() { passes.Done() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runLoop(t, l)
+	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	n := f.last()
+	passes.Add(1)
+	n.fire <- struct{}{}
+	passes.Wait()
+	if got := n.relevelled(); len(got) != 0 {
+		t.Errorf("a notification pass relevelled %d times", len(got))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,19 +26,27 @@ var ErrNoMemcgNotification = errors.New("no v1 memory cgroup for kernel memcg no
 // eventfd becomes readable when usage crosses the threshold, in either
 // direction. The usage threshold is set where the working set meets the
 // eviction threshold: limit − threshold + inactive_file, as the kubelet's
-// memcgThresholdNotifier computes it, and re-armed after each crossing and
-// every ReArm, since inactive_file moves. A near notifier (Near) is set
-// Margin bytes before that level: it wakes the sync loop when memory comes
-// within the fast poll's margin, so that nothing samples a node far from
-// every threshold (issue 22).
+// memcgThresholdNotifier computes it, and registered again after each
+// crossing and whenever inactive_file moved it: the owner hands it each
+// housekeeping sample (Relevel), so an idle notifier takes no timer and
+// reads no file of its own (issue 22), the kubelet re-arms at each
+// synchronize. A near notifier (Near) is set Margin bytes before that
+// level: it wakes the sync loop when memory comes within the fast poll's
+// margin, so that nothing samples a node far from every threshold.
 type MemcgNotifier struct {
 	dir       string // the pods cgroup in the v1 memory hierarchy
 	meminfo   string
 	threshold Threshold
 	margin    int64 // > 0: a near notifier, this many bytes before the threshold
-	// ReArm is how often the usage threshold is recomputed while it does
-	// not fire; default 10 s (the kubelet does it each synchronize).
+	// ReArm, when positive, makes the notifier recompute its level itself
+	// that often (reading the cgroup) while it does not fire; zero (as
+	// MemcgNotifiers returns them): its owner calls Relevel.
 	ReArm time.Duration
+
+	mu   sync.Mutex
+	want int64    // the level of the last Relevel; 0: none yet
+	cur  int64    // the level registered now
+	ev   *os.File // the registered eventfd, nil between registrations
 }
 
 // MemcgNotifiers returns a notifier for each threshold on
@@ -56,9 +65,9 @@ func (s *Sampler) MemcgNotifiers(ts []Threshold, margin int64) ([]*MemcgNotifier
 	var ns []*MemcgNotifier
 	for _, t := range ts {
 		if t.Signal == SignalAllocatableMemoryAvailable {
-			ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, ReArm: 10 * time.Second})
+			ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t})
 			if margin > 0 {
-				ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, margin: margin, ReArm: 10 * time.Second})
+				ns = append(ns, &MemcgNotifier{dir: dir, meminfo: s.meminfo, threshold: t, margin: margin})
 			}
 		}
 	}
@@ -80,7 +89,8 @@ func (n *MemcgNotifier) Signal() Signal { return n.threshold.Signal }
 // threshold) rather than one at the threshold.
 func (n *MemcgNotifier) Near() bool { return n.margin > 0 }
 
-// usageThreshold computes the usage at which the threshold is met.
+// usageThreshold computes the usage at which the threshold is met from the
+// cgroup's files (the first registration, and ReArm's).
 func (n *MemcgNotifier) usageThreshold() (int64, error) {
 	limit, err := readInt(filepath.Join(n.dir, "memory.limit_in_bytes"))
 	if err != nil {
@@ -100,6 +110,12 @@ func (n *MemcgNotifier) usageThreshold() (int64, error) {
 			capacity = m.TotalBytes // no limit: the node's capacity, as the sampler does
 		}
 	}
+	return n.level(capacity, inactive)
+}
+
+// level is the usage at which the threshold is met (less the margin) in a
+// cgroup of that capacity holding that much inactive file.
+func (n *MemcgNotifier) level(capacity, inactive int64) (int64, error) {
 	lim, ok := n.threshold.Limit(Observation{Signal: n.threshold.Signal, Capacity: capacity})
 	if !ok {
 		return 0, fmt.Errorf("threshold %s: no capacity", n.threshold)
@@ -107,14 +123,45 @@ func (n *MemcgNotifier) usageThreshold() (int64, error) {
 	return max(capacity-int64(lim)-n.margin+inactive, 0), nil
 }
 
+// Relevel hands the notifier a fresh sample of the pods cgroup (the sync
+// loop's, each housekeeping pass): when the level moved by reArmTolerance
+// or more from the one registered, the registration is replaced. It reads
+// no file and never blocks on the kernel; safe from any goroutine.
+func (n *MemcgNotifier) Relevel(s NodeSample) {
+	if !s.HasAllocatable {
+		return
+	}
+	lvl, err := n.level(s.AllocatableCapacityBytes, s.AllocatableInactiveFileBytes)
+	if err != nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.want = lvl
+	if n.ev != nil && moved(n.cur, lvl) {
+		_ = n.ev.SetReadDeadline(time.Now()) // wait returns to register lvl
+	}
+}
+
+func moved(a, b int64) bool { return a-b >= reArmTolerance || b-a >= reArmTolerance }
+
+// nextLevel is the level to register now: the last Relevel's, else (and
+// always with ReArm) computed from the cgroup's files.
+func (n *MemcgNotifier) nextLevel() (int64, error) {
+	n.mu.Lock()
+	want := n.want
+	n.mu.Unlock()
+	if want > 0 && n.ReArm <= 0 {
+		return want, nil
+	}
+	return n.usageThreshold()
+}
+
 // Run arms the notification and calls fire each time the kernel signals a
 // crossing, until ctx ends (nil) or the cgroup cannot be used.
 func (n *MemcgNotifier) Run(ctx context.Context, fire func()) error {
-	if n.ReArm <= 0 {
-		n.ReArm = 10 * time.Second
-	}
 	for ctx.Err() == nil {
-		thr, err := n.usageThreshold()
+		thr, err := n.nextLevel()
 		if err != nil {
 			return fmt.Errorf("memcg notification threshold: %w", err)
 		}
@@ -133,11 +180,12 @@ func (n *MemcgNotifier) Run(ctx context.Context, fire func()) error {
 // again.
 const reArmTolerance = 1 << 20
 
-// wait registers one threshold and waits for it, looking every ReArm
-// whether the level moved (then it returns to be registered again). The
-// eventfd is read through Go's netpoller, not a blocking poll: a thread
-// parked in a syscall makes the runtime's sysmon retake its P and spin up
-// again at each re-arm, which measured as most of the notifiers' idle cost.
+// wait registers one threshold and waits for it; it returns (false, nil)
+// to be registered again when the level moved (a Relevel, or with ReArm
+// its own look every ReArm). The eventfd is read through Go's netpoller,
+// not a blocking poll: a thread parked in a syscall makes the runtime's
+// sysmon retake its P and spin up again at each re-arm, which measured as
+// most of the notifiers' idle cost.
 func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -156,21 +204,35 @@ func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 	if err := os.WriteFile(filepath.Join(n.dir, "cgroup.event_control"), []byte(ctl), 0); err != nil {
 		return false, fmt.Errorf("write cgroup.event_control: %w", err)
 	}
+	n.mu.Lock()
+	n.ev, n.cur = ev, thr
+	relevel := n.want > 0 && n.ReArm <= 0 && moved(thr, n.want) // came while registering
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.ev = nil
+		n.mu.Unlock()
+	}()
+	if relevel {
+		return false, nil
+	}
 	// a cancellation ends the read at once
 	stop := context.AfterFunc(ctx, func() { _ = ev.SetReadDeadline(time.Now()) })
 	defer stop()
 	var b [8]byte
 	for {
-		if err := ev.SetReadDeadline(time.Now().Add(n.ReArm)); err != nil {
-			return false, fmt.Errorf("eventfd deadline: %w", err)
+		if n.ReArm > 0 {
+			if err := ev.SetReadDeadline(time.Now().Add(n.ReArm)); err != nil {
+				return false, fmt.Errorf("eventfd deadline: %w", err)
+			}
 		}
 		if ctx.Err() != nil { // before the AfterFunc's deadline, not after
 			return false, nil
 		}
 		_, err = ev.Read(b[:])
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if ctx.Err() != nil {
-				return false, nil
+			if ctx.Err() != nil || n.ReArm <= 0 {
+				return false, nil // ended, or a Relevel moved the level
 			}
 			// the level moves with inactive_file: registered again only
 			// when it moved (an idle node keeps its registration)
@@ -178,7 +240,7 @@ func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 			if err != nil {
 				return false, fmt.Errorf("memcg notification threshold: %w", err)
 			}
-			if now-thr >= reArmTolerance || thr-now >= reArmTolerance {
+			if moved(thr, now) {
 				return false, nil
 			}
 			continue

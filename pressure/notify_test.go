@@ -140,3 +140,88 @@ func TestMemcgNearNotifierFires(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 }
+
+// TestMemcgNotifierRelevel: a notifier without ReArm takes its level from
+// the owner's samples (Relevel), reading no file and taking no timer: on a
+// real v1 memory cgroup, a sample that moves the near level from 64Mi down
+// to 32Mi replaces the registration, and 48Mi charged then fires it (the
+// 64Mi level would not have); a sample within the tolerance keeps the
+// registration as it is.
+func TestMemcgNotifierRelevel(t *testing.T) {
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
+		t.Skip("no cgroup v1 memory hierarchy: kernel memcg notifications do not exist here")
+	}
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	dir := filepath.Join(root, "cri-guard-relevel-test-"+time.Now().Format("150405.000000"))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot create a memory cgroup: %v", err)
+	}
+	shm := filepath.Join("/dev/shm", filepath.Base(dir))
+	t.Cleanup(func() { _ = os.Remove(shm); _ = os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("1073741824"), 0); err != nil {
+		t.Fatal(err)
+	}
+	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), margin: 760 << 20}
+	registered := func() (int64, *os.File) {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.cur, n.ev
+	}
+	waitLevel := func(want int64) *os.File {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if cur, ev := registered(); cur == want && ev != nil {
+				return ev
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cur, _ := registered()
+		t.Fatalf("registered level %d, want %d", cur, want)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fired := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- n.Run(ctx, func() {
+			select {
+			case fired <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	first := waitLevel(64 << 20) // from the files: 1Gi - 200Mi - 760Mi
+	sample := func(capacity int64) NodeSample {
+		return NodeSample{HasAllocatable: true, AllocatableCapacityBytes: capacity, AllocatableInactiveFileBytes: 0}
+	}
+	n.Relevel(sample(1<<30 - 512<<10)) // 512Ki lower: within the tolerance
+	time.Sleep(50 * time.Millisecond)
+	if cur, ev := registered(); cur != 64<<20 || ev != first {
+		t.Fatalf("a move within the tolerance re-registered: level %d, same eventfd %v", cur, ev == first)
+	}
+	n.Relevel(sample(1<<30 - 32<<20))
+	waitLevel(32 << 20)
+	select {
+	case <-fired:
+		t.Fatal("fired before anything was charged")
+	default:
+	}
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count=48 status=none`, "sh", dir, shm)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("charge 48Mi: %v: %s", err, out)
+	}
+	select {
+	case <-fired:
+	case <-ctx.Done():
+		t.Fatal("the relevelled notifier did not fire when usage crossed its new level")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}

@@ -69,6 +69,10 @@ type NodeSample struct {
 	// AllocatableAvailableBytes is AllocatableCapacityBytes minus the pods
 	// cgroup's working set (allocatableMemory.available).
 	AllocatableAvailableBytes int64
+	// AllocatableInactiveFileBytes is the pods cgroup's inactive_file
+	// (v1: total_inactive_file): what its usage holds beyond the working
+	// set, from which a memcg notifier's usage level follows (Relevel).
+	AllocatableInactiveFileBytes int64
 	// PodsSome and PodsFull are the pods cgroup's memory PSI, nil when no
 	// pods cgroup is configured or its pressure file cannot be read.
 	PodsSome, PodsFull *PSI
@@ -315,6 +319,7 @@ func (s *Sampler) samplePods(n *NodeSample) error {
 		n.HasAllocatable = true
 		n.AllocatableCapacityBytes = capacity
 		n.AllocatableAvailableBytes = capacity - g.WorkingSetBytes()
+		n.AllocatableInactiveFileBytes = g.InactiveFileBytes
 	}
 	some, full, ok, err := s.readGroupPSI(s.podsGroup)
 	switch {

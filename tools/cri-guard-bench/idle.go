@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,10 @@ type idleOptions struct {
 	// previous release.
 	CompareBinary string
 	CompareLabel  string
+	// DefaultEnv, when set, adds a row: mode default with this extra
+	// environment (comma-separated KEY=VALUE), e.g. GODEBUG=schedtrace=0,
+	// which lets Go's sysmon deep-sleep (cmd/cri-guard/sysmon.go).
+	DefaultEnv string
 }
 
 // idleMain is `cri-guard-bench idle`: the race modes' cri-guards started
@@ -56,6 +61,7 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after start-up before measuring")
 	fs.StringVar(&o.CompareBinary, "compare-binary", "", "another cri-guard binary measured side by side in mode default (the previous release)")
 	fs.StringVar(&o.CompareLabel, "compare-label", "previous", "the name of --compare-binary's row")
+	fs.StringVar(&o.DefaultEnv, "default-env", "", "add a row: mode default with this extra environment, comma-separated KEY=VALUE (e.g. GODEBUG=schedtrace=0)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -104,6 +110,56 @@ func wakeupCounts(url string) string {
 
 var wakeupLineRE = regexp.MustCompile(`^cri_guard_wakeups_total\{source="([^"]+)"\} (\S+)$`)
 
+// threadStats are a process's threads' scheduler figures, summed over
+// /proc/<pid>/task: on-CPU time in nanoseconds (schedstat's first field,
+// finer than stat's 10 ms ticks) and context switches, voluntary and not
+// (each wake-up of a sleeping thread is one). A thread that exited takes
+// its figures with it: Go's threads live as long as the process.
+type threadStats struct {
+	onCPU    time.Duration
+	switches int64
+}
+
+func readThreadStats(pid int) (threadStats, error) {
+	var ts threadStats
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return ts, fmt.Errorf("threads of pid %d: %w", pid, err)
+	}
+	for _, t := range tasks {
+		dir := fmt.Sprintf("/proc/%d/task/%s", pid, t.Name())
+		b, err := os.ReadFile(dir + "/schedstat")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			return ts, fmt.Errorf("parse %s/schedstat: %q", dir, b)
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return ts, fmt.Errorf("parse %s/schedstat: %w", dir, err)
+		}
+		ts.onCPU += time.Duration(ns)
+		st, err := os.ReadFile(dir + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			for _, key := range []string{"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"} {
+				if v, ok := strings.CutPrefix(line, key); ok {
+					n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					if err != nil {
+						return ts, fmt.Errorf("parse %s/status %s: %w", dir, key, err)
+					}
+					ts.switches += n
+				}
+			}
+		}
+	}
+	return ts, nil
+}
+
 func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) (err error) {
 	workDir, err := os.MkdirTemp("", "cri-guard-idle")
 	if err != nil {
@@ -116,13 +172,16 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	}
 	defer func() { err = errors.Join(err, dom.remove()) }()
 	ro := raceOptions{Threshold: 200 << 20}
-	type idler struct{ label, mode, binary string }
+	type idler struct{ label, mode, binary, env string }
 	var idlers []idler
 	for _, m := range o.Modes {
-		idlers = append(idlers, idler{m, m, o.Binary})
+		idlers = append(idlers, idler{m, m, o.Binary, ""})
+	}
+	if o.DefaultEnv != "" {
+		idlers = append(idlers, idler{"default+" + o.DefaultEnv, "default", o.Binary, o.DefaultEnv})
 	}
 	if o.CompareBinary != "" {
-		idlers = append(idlers, idler{"default@" + o.CompareLabel, "default", o.CompareBinary})
+		idlers = append(idlers, idler{"default@" + o.CompareLabel, "default", o.CompareBinary, ""})
 	}
 	pids := make([]int, len(idlers))
 	ports := make([]int, len(idlers))
@@ -143,7 +202,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			return err
 		}
-		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath}, id.binary, nil, dir, log.WithField("mode", id.label))
+		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath, ProxyEnv: id.env}, id.binary, nil, dir, log.WithField("mode", id.label))
 		if err != nil {
 			return err
 		}
@@ -171,8 +230,12 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	case <-time.After(o.Settle):
 	}
 	before := make([]procStats, len(pids))
+	beforeT := make([]threadStats, len(pids))
 	for i, pid := range pids {
 		if before[i], err = readProcStats(pid); err != nil {
+			return err
+		}
+		if beforeT[i], err = readThreadStats(pid); err != nil {
 			return err
 		}
 	}
@@ -185,19 +248,29 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	}
 	elapsed := time.Since(start)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; 10 ms ticks)\n", elapsed.Round(time.Second), dom.group)
-	fmt.Fprintln(tw, "mode\tCPU time\t% of one core\tVmRSS MiB\twake-ups (cri_guard_wakeups_total)\tconfig added to the shipped defaults")
+	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; CPU time in 10 ms ticks, on-CPU time from schedstat in ns, thread switches: every thread's context switches)\n", elapsed.Round(time.Second), dom.group)
+	fmt.Fprintln(tw, "mode\tCPU time (ticks)\t% of one core\ton-CPU ms (schedstat)\t% of one core\tthread switches/s\tVmRSS MiB\twake-ups (cri_guard_wakeups_total)\tconfig added to the shipped defaults")
 	for i, pid := range pids {
 		after, err := readProcStats(pid)
 		if err != nil {
 			return err
 		}
+		afterT, err := readThreadStats(pid)
+		if err != nil {
+			return err
+		}
 		cpu := after.cpu - before[i].cpu
+		onCPU := afterT.onCPU - beforeT[i].onCPU
+		switches := float64(afterT.switches-beforeT[i].switches) / elapsed.Seconds()
 		extra := strings.ReplaceAll(strings.TrimSpace(raceModes[idlers[i].mode]), "\n", "; ")
+		if idlers[i].env != "" {
+			extra = strings.TrimPrefix(strings.TrimPrefix(extra, "(none)")+"; env "+idlers[i].env, "; ")
+		}
 		if extra == "" {
 			extra = "(none)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%s\t%s\n", idlers[i].label, cpu, 100*cpu.Seconds()/elapsed.Seconds(), float64(after.rssKiB)/1024,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%.4f\t%.1f\t%.1f\t%s\t%s\n", idlers[i].label, cpu, 100*cpu.Seconds()/elapsed.Seconds(),
+			float64(onCPU)/1e6, 100*onCPU.Seconds()/elapsed.Seconds(), switches, float64(after.rssKiB)/1024,
 			wakeupCounts(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[i])), extra)
 	}
 	return tw.Flush()
