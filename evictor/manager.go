@@ -155,6 +155,24 @@ func (m *Manager) PodWorkingSet(p *pod.Pod) (ws int64, ok bool) {
 	return st.WorkingSetBytes, true
 }
 
+// podKiller is a sampler that can kill a pod's processes past the runtime
+// (pressure.Sampler.KillPod).
+type podKiller interface {
+	KillPod(cgroupParent string) (int, error)
+}
+
+// KillPod kills the pod's processes at once, past the runtime (a grace
+// cut: the node is a moment from OOM); it returns how many processes were
+// signalled (-1: the kernel's cgroup.kill, which does not say). Safe from
+// any goroutine.
+func (m *Manager) KillPod(p *pod.Pod) (int, error) {
+	k, ok := m.sampler.(podKiller)
+	if !ok {
+		return 0, errors.New("kill pod: the sampler cannot signal processes")
+	}
+	return k.KillPod(p.CgroupParent)
+}
+
 // Observe samples the node and evaluates the thresholds, the first half of
 // Synchronize without choosing a pod: the sync loop calls it before
 // restored pods are admitted, and while an eviction's stop is under way,

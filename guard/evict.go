@@ -121,17 +121,16 @@ func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container
 	return e.PodGrace(tgps, known)
 }
 
-// cutGrace kills the victim's containers at once (StopContainer with no
-// grace period), without waiting for the grace period they were given,
-// when a memory signal is below half of a hard threshold during an
-// eviction (loop goroutine; once per eviction; soft evictions included:
-// the node is a moment from OOM either way). The kubelet gives a hard
-// eviction 1 s (2 s per container at least): a runaway that ignores
-// SIGTERM grows all that time, and at a few hundred MB/s the kernel's OOM
-// killer ends the race first, killing whatever scores highest, a bystander
-// as likely as the victim. Killing the victim already chosen is never
-// worse. The eviction's own stop returns once the containers are gone and
-// stops the sandbox as usual.
+// cutGrace kills the victim at once, without waiting for the grace period
+// its containers were given, when a memory signal is below half of a hard
+// threshold during an eviction (loop goroutine; once per eviction; soft
+// evictions included: the node is a moment from OOM either way). The
+// kubelet gives a hard eviction 1 s (2 s per container at least): a
+// runaway that ignores SIGTERM grows all that time, and at a few hundred
+// MB/s the kernel's OOM killer ends the race first, killing whatever
+// scores highest, a bystander as likely as the victim. Killing the victim
+// already chosen is never worse. The eviction's own stop returns once the
+// containers are gone and stops the sandbox as usual.
 func (l *Loop) cutGrace() {
 	why, critical := l.ev.Evaluation().MemoryCritical()
 	if !critical {
@@ -144,11 +143,22 @@ func (l *Loop) cutGrace() {
 	}
 }
 
-// cutGraceOf kills f's victim's containers at once (cutGrace).
+// cutGraceOf kills f's victim at once (cutGrace): its pod cgroup's
+// processes with SIGKILL from here, past the runtime (Evictor.KillPod: the
+// kernel kills in microseconds, where containerd took 167 ms from
+// StopContainer to a dead process on the race's host, time in which
+// several runaways use the last of the memory), then through the runtime
+// with no grace period, which also covers a host where the direct kill
+// cannot act.
 func (l *Loop) cutGraceOf(f *inFlight, why string) {
 	f.graceCut = true
 	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
+	if n, err := l.ev.KillPod(f.e.Pod); err != nil {
+		l.log.WithFields(fields).WithError(err).Info("cannot kill the evicted pod's processes directly: the runtime kills them")
+	} else {
+		l.log.WithFields(fields).WithField("processes", n).Info("killed the evicted pod's processes (SIGKILL to its cgroup)")
+	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.StopTimeout)
 		defer cancel()

@@ -28,6 +28,21 @@ type nodeSampler struct {
 	mu        sync.Mutex
 	available int64
 	podWS     int64
+	killed    []string // the cgroup parents KillPod was asked to kill
+}
+
+// KillPod records the kill (pressure.Sampler.KillPod signals the cgroup).
+func (s *nodeSampler) KillPod(cgroupParent string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killed = append(s.killed, cgroupParent)
+	return 1, nil
+}
+
+func (s *nodeSampler) kills() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.killed)
 }
 
 func (s *nodeSampler) set(b int64) { s.mu.Lock(); s.available = b; s.mu.Unlock() }
@@ -435,7 +450,8 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 // but its pod cgroup shows its memory released (its processes are gone):
 // a memory signal still under the threshold chooses the next pod then,
 // and not while the victim still holds its memory. A moment from OOM
-// (under half of the hard threshold) neither gets a grace period.
+// (under half of the hard threshold) neither gets a grace period: each
+// victim's cgroup is killed directly in the pass that chose it.
 func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	rt := twoReadyPods()
 	rt.ctrHang = make(chan struct{})
@@ -444,7 +460,13 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	under := func() (ids []string, cut int) { ids, _, cut = h.underWay(); return ids, cut }
 	h.sampler.setPods(300 << 20)
 	h.sampler.set(400 << 20) // under half of 1Gi
-	for range 3 {            // the eviction, its grace cut, a pass while the victim holds its memory
+	if err := h.loop.syncOnce(ctx); err != nil { // the eviction and its grace cut
+		t.Fatal(err)
+	}
+	if ids, cut := under(); len(ids) != 1 || cut != 1 || len(h.sampler.kills()) != 1 {
+		t.Fatalf("after the pass that chose it: under way %v with %d cut, %d killed directly; want one, cut, killed", ids, cut, len(h.sampler.kills()))
+	}
+	for range 2 { // passes while the victim holds its memory
 		if err := h.loop.syncOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -458,6 +480,9 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	}
 	if ids, cut := under(); len(ids) != 2 || cut != 2 {
 		t.Fatalf("under way %v with %d cut, want both pods, both cut", ids, cut)
+	}
+	if k := h.sampler.kills(); len(k) != 2 {
+		t.Fatalf("killed directly %d times, want each victim's cgroup once", len(k))
 	}
 	h.releaseAndSettle(t)
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {

@@ -147,8 +147,6 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	}
 	if e != nil {
 		l.evict(e)
-		if overlap {
-			l.cutGrace() // still a moment from OOM: no grace for this one either
-		}
+		l.cutGrace() // a moment from OOM already: no grace, not even a pass's wait
 	}
 }

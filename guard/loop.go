@@ -63,6 +63,10 @@ type Evictor interface {
 	// PodWorkingSet reads a pod's working set now (an eviction's victim
 	// releasing its memory); ok false when it cannot be read.
 	PodWorkingSet(p *pod.Pod) (ws int64, ok bool)
+	// KillPod kills a pod's processes at once past the runtime (the grace
+	// cut); it returns how many were signalled, -1 when the kernel killed
+	// the cgroup without saying.
+	KillPod(p *pod.Pod) (int, error)
 }
 
 var _ Evictor = (*evictor.Manager)(nil)

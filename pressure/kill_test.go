@@ -1,0 +1,96 @@
+package pressure
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestKillPodRefusesOutsidePods: only a cgroup strictly under the pods
+// cgroup is ever signalled.
+func TestKillPodRefusesOutsidePods(t *testing.T) {
+	s := &Sampler{podsGroup: "/kubepods", layout: layout{memoryVersion: 1, memoryDir: t.TempDir()}}
+	for _, parent := range []string{"/kubepods", "/kubepods2/pod1", "/system.slice/pod1", "/kubepods/../x"} {
+		if _, err := s.KillPod(parent); err == nil {
+			t.Errorf("KillPod(%q) signalled, want a refusal", parent)
+		}
+	}
+	if _, err := (&Sampler{layout: layout{memoryVersion: 1}}).KillPod("/kubepods/pod1"); !errors.Is(err, ErrNotAPodCgroup) {
+		t.Errorf("no pods cgroup: err = %v, want ErrNotAPodCgroup", err)
+	}
+}
+
+// TestKillPodV1: on a real v1 memory cgroup, KillPod kills the processes
+// of a pod's container cgroups (a child of the pod cgroup) at once, and
+// leaves a process of a sibling pod alone.
+func TestKillPodV1(t *testing.T) {
+	root := "/sys/fs/cgroup/memory"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+		t.Skip("no cgroup v1 memory hierarchy")
+	}
+	pods := "/cri-guard-kill-test-" + strconv.Itoa(os.Getpid())
+	ctr := filepath.Join(root, pods, "pod-a", "ctr")
+	other := filepath.Join(root, pods, "pod-b")
+	for _, d := range []string{ctr, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Skipf("cannot create memory cgroups: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{ctr, filepath.Dir(ctr), other, filepath.Join(root, pods)} {
+			_ = os.Remove(d)
+		}
+	})
+	start := func(dir string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec sleep 60`, "sh", dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		return cmd
+	}
+	victim, bystander := start(ctr), start(other)
+	waitIn := func(dir string) {
+		for i := 0; i < 200; i++ {
+			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) > 0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("no process in %s", dir)
+	}
+	waitIn(ctr)
+	waitIn(other)
+	s, err := NewSampler(SamplerConfig{PodsCgroup: pods})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.layout.memoryVersion != 1 {
+		t.Skipf("memory controller is v%d here", s.layout.memoryVersion)
+	}
+	b := NewBounded(s, time.Second) // as the daemon calls it
+	defer b.Close()
+	n, err := b.KillPod(pods + "/pod-a")
+	if err != nil || n != 1 {
+		t.Fatalf("KillPod = %d, %v; want 1 process signalled", n, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- victim.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Errorf("victim ended with %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pod's process still runs")
+	}
+	if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the sibling pod's process was hit: %v", err)
+	}
+}
