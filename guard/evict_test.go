@@ -459,7 +459,7 @@ func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	ctx := context.Background()
 	under := func() (ids []string, cut int) { ids, _, cut = h.underWay(); return ids, cut }
 	h.sampler.setPods(300 << 20)
-	h.sampler.set(400 << 20) // under half of 1Gi
+	h.sampler.set(400 << 20)                     // under half of 1Gi
 	if err := h.loop.syncOnce(ctx); err != nil { // the eviction and its grace cut
 		t.Fatal(err)
 	}

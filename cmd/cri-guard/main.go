@@ -12,7 +12,6 @@ import (
 )
 
 func main() {
-	keepSysmonAwake()
 	setMaxProcs(os.Getenv)
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }

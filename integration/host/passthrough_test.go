@@ -32,13 +32,15 @@ func TestCrictlLifecycle(t *testing.T) {
 	if !strings.Contains(version, "RuntimeName:  containerd") {
 		t.Fatalf("crictl version through cri-guard = %q, want containerd", version)
 	}
-	// The daemon re-executed itself (same PID) with sysmon kept awake.
+	// The daemon runs as started: no re-execution that keeps Go's sysmon
+	// awake (it cost 0.3% of a core idle, issue 22; an opt-in through
+	// GODEBUG now).
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(strings.Split(string(environ), "\x00"), "GODEBUG=schedtrace=2147483647") {
-		t.Errorf("cri-guard pid %d runs without GODEBUG=schedtrace=2147483647", g.Cmd.Process.Pid)
+	if slices.ContainsFunc(strings.Split(string(environ), "\x00"), func(kv string) bool { return strings.Contains(kv, "schedtrace") }) {
+		t.Errorf("cri-guard pid %d set a schedtrace in its own environment: %q", g.Cmd.Process.Pid, environ)
 	}
 
 	env.Crictl(t, g.Socket, "pull", harness.BusyboxImage)

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -40,6 +41,10 @@ type idleOptions struct {
 	// environment (comma-separated KEY=VALUE), e.g. GODEBUG=schedtrace=0,
 	// which lets Go's sysmon deep-sleep (cmd/cri-guard/sysmon.go).
 	DefaultEnv string
+	// Relist, when positive, sends each cri-guard the kubelet PLEG's
+	// relist (ListPodSandbox and ListContainers) that often while CPU is
+	// measured: an idle node as a kubelet sees it (1s is the kubelet's).
+	Relist time.Duration
 }
 
 // idleMain is `cri-guard-bench idle`: the race modes' cri-guards started
@@ -61,6 +66,7 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	fs.DurationVar(&o.Settle, "settle", 10*time.Second, "wait after start-up before measuring")
 	fs.StringVar(&o.CompareBinary, "compare-binary", "", "another cri-guard binary measured side by side in mode default (the previous release)")
 	fs.StringVar(&o.CompareLabel, "compare-label", "previous", "the name of --compare-binary's row")
+	fs.DurationVar(&o.Relist, "relist", 0, "send every cri-guard ListPodSandbox and ListContainers this often while measuring, as the kubelet's PLEG does every 1s (0: no calls)")
 	fs.StringVar(&o.DefaultEnv, "default-env", "", "add a row: mode default with this extra environment, comma-separated KEY=VALUE (e.g. GODEBUG=schedtrace=0)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -109,6 +115,40 @@ func wakeupCounts(url string) string {
 }
 
 var wakeupLineRE = regexp.MustCompile(`^cri_guard_wakeups_total\{source="([^"]+)"\} (\S+)$`)
+
+// relist sends ListPodSandbox and ListContainers through endpoint every
+// interval until ctx ends, as the kubelet's PLEG relists; it returns how
+// many relists it made.
+func relist(ctx context.Context, endpoint string, interval time.Duration) (int, error) {
+	conn, c, err := dial(endpoint)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return n, nil
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{})
+		if err == nil {
+			_, err = c.rt.ListContainers(cctx, &runtimeapi.ListContainersRequest{})
+		}
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, nil
+			}
+			return n, err
+		}
+		n++
+	}
+}
 
 // threadStats are a process's threads' scheduler figures, summed over
 // /proc/<pid>/task: on-CPU time in nanoseconds (schedstat's first field,
@@ -185,6 +225,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 	}
 	pids := make([]int, len(idlers))
 	ports := make([]int, len(idlers))
+	endpoints := make([]string, len(idlers))
 	for i, id := range idlers {
 		mode := id.mode
 		dir := filepath.Join(workDir, id.label)
@@ -223,6 +264,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 			return fmt.Errorf("mode %s: cri-guard not serving: %w", id.label, err)
 		}
 		pids[i] = p.pid
+		endpoints[i] = p.endpoint
 	}
 	select {
 	case <-ctx.Done():
@@ -240,15 +282,36 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		}
 	}
 	start := time.Now()
-	log.WithField("duration", o.Duration).Info("measuring idle CPU")
+	log.WithFields(logrus.Fields{"duration": o.Duration, "relist": o.Relist}).Info("measuring idle CPU")
+	rctx, stopRelist := context.WithCancel(ctx)
+	relists := make([]int, len(endpoints))
+	relistErrs := make([]error, len(endpoints))
+	var wg sync.WaitGroup
+	if o.Relist > 0 {
+		for i, ep := range endpoints {
+			wg.Go(func() { relists[i], relistErrs[i] = relist(rctx, ep, o.Relist) })
+		}
+	}
 	select {
 	case <-ctx.Done():
+		stopRelist()
+		wg.Wait()
 		return ctx.Err()
 	case <-time.After(o.Duration):
 	}
 	elapsed := time.Since(start)
+	stopRelist()
+	wg.Wait()
+	for i, err := range relistErrs {
+		if err != nil {
+			return fmt.Errorf("relist through %s: %w", idlers[i].label, err)
+		}
+	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; CPU time in 10 ms ticks, on-CPU time from schedstat in ns, thread switches: every thread's context switches)\n", elapsed.Round(time.Second), dom.group)
+	if o.Relist > 0 {
+		fmt.Fprintf(tw, "each cri-guard was sent ListPodSandbox and ListContainers every %s meanwhile (the kubelet's PLEG relist): %v relists\n", o.Relist, relists)
+	}
 	fmt.Fprintln(tw, "mode\tCPU time (ticks)\t% of one core\ton-CPU ms (schedstat)\t% of one core\tthread switches/s\tVmRSS MiB\twake-ups (cri_guard_wakeups_total)\tconfig added to the shipped defaults")
 	for i, pid := range pids {
 		after, err := readProcStats(pid)
