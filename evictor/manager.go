@@ -64,6 +64,7 @@ type Manager struct {
 
 	lastSample time.Time
 	sample     pressure.NodeSample
+	fall       fallRates // how fast each memory signal falls
 	result     pressure.Result
 	statsErr   error
 	evicted    map[string]evictedPod // by pod UID
@@ -203,6 +204,7 @@ func (m *Manager) observe() {
 	m.lastSample = now
 	m.sample = s
 	obs := s.Observations()
+	m.fall.observe(now, obs)
 	m.result = m.eval.Evaluate(now, obs)
 	m.noteMissing(obs)
 	if len(m.result.Conditions) == 0 && len(m.evicted) > 0 {

@@ -2,6 +2,8 @@ package evictor
 
 import (
 	"fmt"
+	"maps"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -22,6 +24,9 @@ type Evaluation struct {
 	// Sample is the last sample itself (the kernel notifiers' levels
 	// follow it: pressure.MemcgNotifier.Relevel).
 	Sample pressure.NodeSample
+	// Falling is how fast each memory signal fell, in bytes per second,
+	// between the last samples (fallRates); absent or ≤ 0: not falling.
+	Falling map[pressure.Signal]float64
 }
 
 // Evaluation returns the last evaluation; the zero value before the
@@ -30,7 +35,8 @@ func (m *Manager) Evaluation() Evaluation {
 	if m.statsErr != nil || m.lastSample.IsZero() {
 		return Evaluation{}
 	}
-	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met, Sample: m.sample}
+	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met, Sample: m.sample,
+		Falling: maps.Clone(m.fall.rate)}
 }
 
 // NearThreshold reports whether a threshold acts or a memory signal is
@@ -99,11 +105,21 @@ func (e Evaluation) MemoryThresholdMet() bool {
 	return false
 }
 
-// MemoryCritical reports whether a memory signal is below half of a hard
-// threshold on it, and says which: the node is then a moment from the
-// kernel's OOM killer, and the sync loop cuts short the grace period of
-// the eviction under way (its victim is killed at once rather than a
-// process the OOM killer would pick).
+// runtimeStopLatency is how long a stop through the runtime takes to end
+// a victim's processes: containerd took 167–230 ms from StopContainer to a
+// dead process on the race's host (issue 22). A memory signal that at its
+// measured rate runs out sooner is critical: only a kill past the runtime
+// lands in time.
+const runtimeStopLatency = 250 * time.Millisecond
+
+// MemoryCritical reports whether a memory signal is a moment from the
+// kernel's OOM killer, and says why: below half of a hard threshold on it,
+// or under a hard threshold and falling so fast that it runs out before a
+// stop through the runtime would land (runtimeStopLatency; several
+// runaways at once reach gigabytes a second). The sync loop then cuts
+// short the grace period of the eviction under way: its victim is killed
+// at once, past the runtime, rather than a process the OOM killer would
+// pick.
 func (e Evaluation) MemoryCritical() (string, bool) {
 	for _, t := range e.Thresholds {
 		if !t.Hard || t.Signal.IsPSI() {
@@ -113,9 +129,66 @@ func (e Evaluation) MemoryCritical() (string, bool) {
 		if !ok {
 			continue
 		}
-		if lim, ok := t.Limit(o); ok && float64(o.Available) < lim/2 {
+		lim, ok := t.Limit(o)
+		if !ok || float64(o.Available) >= lim {
+			continue
+		}
+		if float64(o.Available) < lim/2 {
 			return fmt.Sprintf("%s %s, under half of %s", t.Signal, resource.NewQuantity(o.Available, resource.BinarySI), t), true
+		}
+		if r := e.Falling[t.Signal]; r > 0 {
+			if left := time.Duration(float64(o.Available) / r * float64(time.Second)); left < runtimeStopLatency {
+				return fmt.Sprintf("%s %s under %s, falling %s/s: gone in %s, before a stop through the runtime lands",
+					t.Signal, resource.NewQuantity(o.Available, resource.BinarySI), t,
+					resource.NewQuantity(int64(r), resource.BinarySI), left.Round(time.Millisecond)), true
+			}
 		}
 	}
 	return "", false
+}
+
+// minFallInterval is the least time between the two samples a falling rate
+// is measured over: closer samples (a pass right after another) would
+// divide the noise of a read by almost nothing.
+const minFallInterval = 5 * time.Millisecond
+
+// fallRates measures how fast each memory signal falls between samples
+// (loop goroutine).
+type fallRates struct {
+	base map[pressure.Signal]fallBase
+	rate map[pressure.Signal]float64
+}
+
+type fallBase struct {
+	available int64
+	at        time.Time
+}
+
+// observe takes a sample's memory observations at now: each signal's rate
+// is measured from the last base at least minFallInterval old, which the
+// sample then replaces.
+func (f *fallRates) observe(now time.Time, obs map[pressure.Signal]pressure.Observation) {
+	if f.base == nil {
+		f.base, f.rate = map[pressure.Signal]fallBase{}, map[pressure.Signal]float64{}
+	}
+	for sig, o := range obs {
+		if sig.IsPSI() {
+			continue
+		}
+		b, ok := f.base[sig]
+		dt := now.Sub(b.at)
+		if ok && dt < minFallInterval && dt >= 0 {
+			continue
+		}
+		if ok && dt > 0 {
+			f.rate[sig] = float64(b.available-o.Available) / dt.Seconds()
+		}
+		f.base[sig] = fallBase{available: o.Available, at: now}
+	}
+	for sig := range f.base {
+		if _, ok := obs[sig]; !ok { // missing from this sample: start again
+			delete(f.base, sig)
+			delete(f.rate, sig)
+		}
+	}
 }
