@@ -25,7 +25,8 @@ type Evaluation struct {
 	// follow it: pressure.MemcgNotifier.Relevel).
 	Sample pressure.NodeSample
 	// Falling is how fast each memory signal fell, in bytes per second,
-	// between the last samples (fallRates); absent or ≤ 0: not falling.
+	// over the last two intervals between samples, the lesser (fallRates);
+	// absent or ≤ 0: not falling.
 	Falling map[pressure.Signal]float64
 }
 
@@ -153,10 +154,14 @@ func (e Evaluation) MemoryCritical() (string, bool) {
 const minFallInterval = 5 * time.Millisecond
 
 // fallRates measures how fast each memory signal falls between samples
-// (loop goroutine).
+// (loop goroutine). A rate is the lesser of the last two measured: a fall
+// seen once (a jump of the working set as the kernel moves pages between
+// its lists, a first sample long after the last) does not count as one
+// that lasts.
 type fallRates struct {
 	base map[pressure.Signal]fallBase
-	rate map[pressure.Signal]float64
+	last map[pressure.Signal]float64 // the last interval's
+	rate map[pressure.Signal]float64 // the lesser of the last two intervals'
 }
 
 type fallBase struct {
@@ -169,7 +174,7 @@ type fallBase struct {
 // sample then replaces.
 func (f *fallRates) observe(now time.Time, obs map[pressure.Signal]pressure.Observation) {
 	if f.base == nil {
-		f.base, f.rate = map[pressure.Signal]fallBase{}, map[pressure.Signal]float64{}
+		f.base, f.last, f.rate = map[pressure.Signal]fallBase{}, map[pressure.Signal]float64{}, map[pressure.Signal]float64{}
 	}
 	for sig, o := range obs {
 		if sig.IsPSI() {
@@ -181,13 +186,18 @@ func (f *fallRates) observe(now time.Time, obs map[pressure.Signal]pressure.Obse
 			continue
 		}
 		if ok && dt > 0 {
-			f.rate[sig] = float64(b.available-o.Available) / dt.Seconds()
+			r := float64(b.available-o.Available) / dt.Seconds()
+			if prev, seen := f.last[sig]; seen {
+				f.rate[sig] = min(prev, r)
+			}
+			f.last[sig] = r
 		}
 		f.base[sig] = fallBase{available: o.Available, at: now}
 	}
 	for sig := range f.base {
 		if _, ok := obs[sig]; !ok { // missing from this sample: start again
 			delete(f.base, sig)
+			delete(f.last, sig)
 			delete(f.rate, sig)
 		}
 	}

@@ -66,34 +66,39 @@ func TestEvaluationHeadroom(t *testing.T) {
 }
 
 // TestMemoryCriticalByRate: under a hard threshold (400Mi on a 1000Mi
-// node) but above half of it, memory is critical when it falls so fast
-// that it runs out before a stop through the runtime lands (250 ms), and
-// not when it falls slowly, rises, or is measured over samples closer than
+// node) but above half of it, memory is critical when it falls so fast,
+// over two intervals between samples, that it runs out before a stop
+// through the runtime lands (250 ms); not when it falls slowly, rises,
+// falls fast once only, or is measured over samples closer than
 // minFallInterval (the rate keeps the older base then).
 func TestMemoryCriticalByRate(t *testing.T) {
 	tests := []struct {
 		name      string
-		from, to  int64 // available at the two samples
+		avail     []int64 // available at each sample
 		gap       time.Duration
 		crit      bool
 		wantWords string
 	}{
-		{"300Mi falling 2Gi/s: gone in ~150ms", 350 * mi, 300*mi - 2*mi, time.Millisecond * 25, true, "before a stop through the runtime lands"},
-		{"300Mi falling 400Mi/s: gone in 750ms", 310 * mi, 300 * mi, 25 * time.Millisecond, false, ""},
-		{"rising", 250 * mi, 300 * mi, 25 * time.Millisecond, false, ""},
-		{"above the threshold, falling fast", 500 * mi, 450 * mi, 25 * time.Millisecond, false, ""},
-		{"samples 1ms apart", 350 * mi, 300 * mi, time.Millisecond, false, ""},
+		{"300Mi falling 2Gi/s: gone in ~150ms", []int64{400 * mi, 350 * mi, 300*mi - 2*mi}, 25 * time.Millisecond, true, "before a stop through the runtime lands"},
+		{"300Mi falling 400Mi/s: gone in 750ms", []int64{320 * mi, 310 * mi, 300 * mi}, 25 * time.Millisecond, false, ""},
+		{"a jump once, then steady", []int64{900 * mi, 300 * mi, 300 * mi}, 25 * time.Millisecond, false, ""},
+		{"one interval only", []int64{350 * mi, 298 * mi}, 25 * time.Millisecond, false, ""},
+		{"rising", []int64{200 * mi, 250 * mi, 300 * mi}, 25 * time.Millisecond, false, ""},
+		{"above the threshold, falling fast", []int64{550 * mi, 500 * mi, 450 * mi}, 25 * time.Millisecond, false, ""},
+		{"samples 1ms apart", []int64{400 * mi, 350 * mi, 300 * mi}, time.Millisecond, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &fakeSampler{}
 			c := newClock()
 			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "400Mi"}})}, s, nil, c)
-			s.available(tt.from)
-			m.Observe()
-			c.step(tt.gap)
-			s.available(tt.to)
-			m.Observe()
+			for i, a := range tt.avail {
+				if i > 0 {
+					c.step(tt.gap)
+				}
+				s.available(a)
+				m.Observe()
+			}
 			why, crit := m.Evaluation().MemoryCritical()
 			if crit != tt.crit || !strings.Contains(why, tt.wantWords) {
 				t.Fatalf("critical = %v (%q), want %v with %q", crit, why, tt.crit, tt.wantWords)
