@@ -26,7 +26,8 @@ const (
 	// the second; not zero, so that pressure that evictions do not relieve
 	// (memory held outside the pods, a dead victim's page cache not yet
 	// reclaimed) evicts at most ten pods a second, each after a fresh
-	// sample, not one per stop.
+	// sample, not one per stop; none a moment from OOM (four runaways at
+	// 2.5 GB/s together lost one to the OOM killer in the 100 ms).
 	memoryEvictionSpacing = 100 * time.Millisecond
 )
 
@@ -116,8 +117,15 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		// stop returned (its processes are gone, their memory uncharged)
 		// is now, and waits only memoryEvictionSpacing: a second runaway
 		// must not get a second to reach the OOM killer.
+		// A moment from OOM (MemoryCritical: under half of a hard
+		// threshold, or falling faster than a stop through the runtime
+		// lands) waits no spacing at all: the last victim's stop returned
+		// (its memory is free), and the kernel's OOM killer, which would
+		// otherwise choose next, picks no better than the ranking.
 		l.ev.Observe()
-		if l.lastFailed || since < memoryEvictionSpacing || !l.ev.Evaluation().MemoryThresholdMet() {
+		e := l.ev.Evaluation()
+		_, critical := e.MemoryCritical()
+		if l.lastFailed || (since < memoryEvictionSpacing && !critical) || !e.MemoryThresholdMet() {
 			return
 		}
 	}

@@ -44,6 +44,34 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	}
 }
 
+// TestQuickPassEvictsAtOnceWhenCritical: a moment from OOM (under half of
+// the hard threshold) the next quick pass evicts the next pod right after
+// the last eviction settled, with no memoryEvictionSpacing: four runaways
+// at 2.5 GB/s together lost one to the OOM killer within the 100 ms.
+func TestQuickPassEvictsAtOnceWhenCritical(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
+	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
+	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h.sampler.set(256 << 20) // under half of the 1Gi threshold
+	ctx := context.Background()
+	clock := time.Unix(5000, 0)
+	h.loop.now = func() time.Time { return clock }
+	housekeep := func(why pass) {
+		t.Helper()
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+			t.Fatal(err)
+		}
+		h.settled(t)
+	}
+	housekeep(passFastPoll)
+	clock = clock.Add(10 * time.Millisecond)
+	housekeep(passFastPoll)
+	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
+		t.Fatalf("decisions after a quick pass 10ms after an eviction a moment from OOM = %v, want two evictions", got)
+	}
+}
+
 // TestGraceCutShortWhenMemoryCritical: while the victim's containers are
 // in their grace period (ignoring SIGTERM), a sample with memory.available
 // under half of the hard threshold kills the sandbox at once
