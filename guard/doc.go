@@ -71,9 +71,14 @@
 //     whose write failed.
 //  2. An eviction under way (inFlight): sample only, so that admission
 //     reads current conditions, and cut its grace period short when the
-//     last evaluation has a memory signal under half of a hard threshold
-//     (cutGrace: the victim's containers are killed with no grace, off the
-//     loop, once, recorded). One eviction at a time, but for one case
+//     last evaluation is a moment from OOM (evictor.MemoryCritical: a
+//     memory signal under half of a hard threshold, or under one and
+//     falling faster than a stop through the runtime lands). cutGrace,
+//     once per eviction, recorded: SIGKILL to the victim's pod cgroup from
+//     here (Evictor.KillPod: cgroup.kill, or every process of the v1
+//     memory cgroup; only under the pods cgroup), then its containers
+//     stopped with no grace, off the loop. The pass that chooses a victim
+//     cuts at once when the node is already so. One eviction at a time, but for one case
 //     (mayOverlap): once every victim under way has released its memory
 //     (its containers reported stopped, or its pod cgroup's working set
 //     down to an eighth: its processes are gone before containerd reports
@@ -85,7 +90,8 @@
 //     them, restoredPods: enforce) come first, a second apart.
 //  4. A quick pass starts the next eviction no sooner than evictionSpacing
 //     after the last settled, memoryEvictionSpacing when the evaluation
-//     has a memory signal met and the last stop succeeded.
+//     has a memory signal met and the last stop succeeded, at once when it
+//     is a moment from OOM as well.
 //  5. The evictor's Synchronize samples, evaluates, ranks the active pods
 //     and chooses one (or none).
 //  6. evict marks the eviction in flight and stops the victim off the loop

@@ -34,6 +34,12 @@
 //     from the unified hierarchy (<cgroup-root>/unified on hybrid hosts). A
 //     cgroup with neither gives ErrNoStats: "no stats" is not zero usage.
 //
+//   - KillPod(cgroupParent) kills a pod cgroup's processes past the runtime
+//     (the sync loop's grace cut a moment from OOM): cgroup.kill on v2,
+//     SIGKILL to every process in the v1 memory cgroup and its children
+//     otherwise; it refuses a cgroup not strictly under the pods cgroup.
+//     Bounded runs it on its reader goroutine, bounded like a read.
+//
 // Files are read with one reusable buffer and hand-written parsers, so a node
 // sample costs a few syscalls and no per-sample parsing allocations; cgroups/v3
 // cgroup2 is used to detect the layout (RootControllers) and validate group
@@ -75,7 +81,11 @@
 // MemcgNotifiers (v1) are memcg usage thresholds on the pods cgroup
 // (cgroup.event_control + eventfd) at each allocatableMemory.available
 // threshold and, given a margin, at that margin before it (the near
-// level, which starts the sync loop's fast poll). MemoryEventsWatcher (v2,
+// level, which starts the sync loop's fast poll). Their level follows
+// inactive_file: the owner hands each housekeeping sample to Relevel
+// (NodeSample.AllocatableInactiveFileBytes), which re-registers only when
+// the level moved 1 MiB, so an idle notifier takes no timer and reads no
+// file of its own. MemoryEventsWatcher (v2,
 // which has no usage thresholds) follows the pods cgroup's
 // memory.events.local with inotify: it changes when the cgroup meets
 // memory.high or memory.max or an OOM happens in it.
