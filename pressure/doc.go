@@ -19,10 +19,12 @@
 //     the kubelet's usage − inactive_file. memory.available = capacity −
 //     working set. Node PSI comes from <proc-root>/pressure/memory (else the
 //     unified root's memory.pressure).
+//
 //   - The pods cgroup (SamplerConfig.PodsCgroup): allocatableMemory.available
 //     = (its limit, or capacity) − its working set, and its PSI, which the PSI
 //     signals use in preference to the node's. Failures to read it are
 //     reported in NodeSample.PodsError, node figures stay valid.
+//
 //   - A pod (Sampler.Pod(cgroupParent)): the cgroup parent from the CRI
 //     request is resolved by CgroupPath (cgroupfs paths as they are; a systemd
 //     slice leaf "kubepods-burstable-pod<uid>.slice" expanded to
@@ -34,7 +36,7 @@
 //     from the unified hierarchy (<cgroup-root>/unified on hybrid hosts). A
 //     cgroup with neither gives ErrNoStats: "no stats" is not zero usage.
 //
-//   - KillPod(cgroupParent) kills a pod cgroup's processes past the runtime
+//   - And it kills: KillPod(cgroupParent) ends a pod cgroup's processes past the runtime
 //     (the sync loop's grace cut a moment from OOM): cgroup.kill on v2,
 //     SIGKILL to every process in the v1 memory cgroup and its children
 //     otherwise; it refuses a cgroup not strictly under the pods cgroup.
