@@ -43,7 +43,7 @@ func (s *Sampler) KillPod(cgroupParent string) (int, error) {
 	dir := filepath.Join(s.layout.memoryDir, group)
 	switch s.layout.memoryVersion {
 	case 2:
-		err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		err := writeExisting(filepath.Join(dir, "cgroup.kill"), "1")
 		if err == nil {
 			return -1, nil
 		}
@@ -110,4 +110,15 @@ func killTree(dir string) (int, error) {
 		}
 	}
 	return killed, nil
+}
+
+// writeExisting writes s to a file that must exist (a cgroup's control
+// file: never created).
+func writeExisting(path, s string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(s)
+	return errors.Join(err, f.Close())
 }
