@@ -33,39 +33,7 @@ func TestKillPodV1(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
 		t.Skip("no cgroup v1 memory hierarchy")
 	}
-	pods := "/cri-guard-kill-test-" + strconv.Itoa(os.Getpid())
-	ctr := filepath.Join(root, pods, "pod-a", "ctr")
-	other := filepath.Join(root, pods, "pod-b")
-	for _, d := range []string{ctr, other} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Skipf("cannot create memory cgroups: %v", err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, d := range []string{ctr, filepath.Dir(ctr), other, filepath.Join(root, pods)} {
-			_ = os.Remove(d)
-		}
-	})
-	start := func(dir string) *exec.Cmd {
-		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec sleep 60`, "sh", dir)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-		return cmd
-	}
-	victim, bystander := start(ctr), start(other)
-	waitIn := func(dir string) {
-		for i := 0; i < 200; i++ {
-			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) > 0 {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("no process in %s", dir)
-	}
-	waitIn(ctr)
-	waitIn(other)
+	pods, victim, bystander := startPodProcesses(t, root, "/cri-guard-kill-test-")
 	s, err := NewSampler(SamplerConfig{PodsCgroup: pods})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +47,58 @@ func TestKillPodV1(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("KillPod = %d, %v; want 1 process signalled", n, err)
 	}
+	wantKilledAlone(t, victim, bystander)
+}
+
+// startPodProcesses makes <root><prefix><pid>/pod-a/ctr and .../pod-b (the
+// pods cgroup, returned relative to root, and two pods in it), starts a
+// process in each and waits until the cgroups list them; everything is
+// ended and removed at cleanup. It skips the test where the groups cannot
+// be made.
+func startPodProcesses(t *testing.T, root, prefix string) (pods string, victim, bystander *exec.Cmd) {
+	t.Helper()
+	pods = prefix + strconv.Itoa(os.Getpid())
+	ctr := filepath.Join(root, pods, "pod-a", "ctr")
+	other := filepath.Join(root, pods, "pod-b")
+	for _, d := range []string{ctr, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Skipf("cannot create cgroups under %s: %v", root, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{ctr, filepath.Dir(ctr), other, filepath.Join(root, pods)} {
+			for i := 0; i < 100 && os.Remove(d) != nil; i++ {
+				time.Sleep(10 * time.Millisecond) // a killed process leaves its group when its exit is done
+			}
+		}
+	})
+	start := func(dir string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec sleep 60`, "sh", dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+		return cmd
+	}
+	victim, bystander = start(ctr), start(other)
+	for _, dir := range []string{ctr, other} {
+		for i := 0; ; i++ {
+			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) > 0 {
+				break
+			}
+			if i == 200 {
+				t.Fatalf("no process in %s", dir)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return pods, victim, bystander
+}
+
+// wantKilledAlone waits for victim to end by SIGKILL and checks bystander
+// still runs.
+func wantKilledAlone(t *testing.T, victim, bystander *exec.Cmd) {
+	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- victim.Wait() }()
 	select {
@@ -152,60 +172,16 @@ func TestKillPodCgroupKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(unified, "cgroup.procs")); err != nil {
 		unified = "/sys/fs/cgroup"
 	}
-	pods := "/cri-guard-killv2-test-" + strconv.Itoa(os.Getpid())
-	ctr := filepath.Join(unified, pods, "pod-a", "ctr")
-	other := filepath.Join(unified, pods, "pod-b")
-	for _, d := range []string{ctr, other} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Skipf("cannot create cgroup2 groups: %v", err)
-		}
+	if _, err := os.Stat(filepath.Join(unified, "cgroup.subtree_control")); err != nil {
+		t.Skip("no cgroup2 hierarchy")
 	}
-	t.Cleanup(func() {
-		for _, d := range []string{ctr, filepath.Dir(ctr), other, filepath.Join(unified, pods)} {
-			for i := 0; i < 100 && os.Remove(d) != nil; i++ {
-				time.Sleep(10 * time.Millisecond) // a killed process leaves its group when its exit is done
-			}
-		}
-	})
-	if _, err := os.Stat(filepath.Join(ctr, "cgroup.kill")); err != nil {
+	pods, victim, bystander := startPodProcesses(t, unified, "/cri-guard-killv2-test-")
+	if _, err := os.Stat(filepath.Join(unified, pods, "pod-a", "cgroup.kill")); err != nil {
 		t.Skipf("no cgroup.kill (Linux before 5.14): %v", err)
-	}
-	start := func(dir string) *exec.Cmd {
-		cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec sleep 60`, "sh", dir)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-		return cmd
-	}
-	victim, bystander := start(ctr), start(other)
-	for _, dir := range []string{ctr, other} {
-		for i := 0; ; i++ {
-			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) > 0 {
-				break
-			}
-			if i == 200 {
-				t.Fatalf("no process in %s", dir)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 	s := &Sampler{podsGroup: pods, layout: layout{memoryVersion: 2, memoryDir: unified, unifiedDir: unified}}
 	if n, err := s.KillPod(pods + "/pod-a"); err != nil || n != -1 {
 		t.Fatalf("KillPod = %d, %v; want -1 (cgroup.kill)", n, err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- victim.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Errorf("victim ended with %v, want SIGKILL", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the pod's process still runs after cgroup.kill")
-	}
-	if err := bystander.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Errorf("the sibling pod's process was hit: %v", err)
-	}
+	wantKilledAlone(t, victim, bystander)
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -88,6 +90,21 @@ func TestMemcgNotifiersNeedV1(t *testing.T) {
 // to it) crosses a near level of 64Mi (limit 1Gi, threshold 200Mi, margin
 // 760Mi), far from the threshold's 824Mi.
 func TestMemcgNearNotifierFires(t *testing.T) {
+	dir, shm := memcgTestGroup(t, "cri-guard-near-test-")
+	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), margin: 760 << 20, ReArm: time.Minute}
+	if lvl, err := n.usageThreshold(); err != nil || lvl != 64<<20 {
+		t.Fatalf("near level %d (%v), want 64Mi", lvl, err)
+	}
+	nr := runNotifier(t, n)
+	time.Sleep(200 * time.Millisecond) // armed
+	nr.chargeAndWait(t, dir, shm, 100, "the near notifier did not fire when usage crossed its level")
+}
+
+// memcgTestGroup makes a v1 memory cgroup with a 1Gi limit for a notifier
+// test, and the /dev/shm file a process in it charges (both removed at
+// cleanup); it skips the test where there is no v1 memory hierarchy.
+func memcgTestGroup(t *testing.T, prefix string) (dir, shm string) {
+	t.Helper()
 	root := "/sys/fs/cgroup/memory"
 	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
 		t.Skip("no cgroup v1 memory hierarchy: kernel memcg notifications do not exist here")
@@ -95,48 +112,64 @@ func TestMemcgNearNotifierFires(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
-	dir := filepath.Join(root, "cri-guard-near-test-"+time.Now().Format("150405.000000"))
+	dir = filepath.Join(root, prefix+time.Now().Format("150405.000000"))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("cannot create a memory cgroup: %v", err)
 	}
-	shm := filepath.Join("/dev/shm", filepath.Base(dir))
+	shm = filepath.Join("/dev/shm", filepath.Base(dir))
 	t.Cleanup(func() { _ = os.Remove(shm); _ = os.Remove(dir) })
 	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("1073741824"), 0); err != nil {
 		t.Fatal(err)
 	}
-	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), margin: 760 << 20, ReArm: time.Minute}
-	if lvl, err := n.usageThreshold(); err != nil || lvl != 64<<20 {
-		t.Fatalf("near level %d (%v), want 64Mi", lvl, err)
-	}
+	return dir, shm
+}
+
+// notifierRun is a notifier's Run under way in a test.
+type notifierRun struct {
+	ctx   context.Context
+	fired chan struct{}
+	stop  func() error // ends Run, once, and returns what it returned
+}
+
+// runNotifier runs n for at most 30 s, until the test ends.
+func runNotifier(t *testing.T, n *MemcgNotifier) *notifierRun {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	fired := make(chan struct{}, 1)
 	done := make(chan error, 1)
+	r := &notifierRun{ctx: ctx, fired: make(chan struct{}, 1)}
+	r.stop = sync.OnceValue(func() error { cancel(); return <-done })
 	go func() {
 		done <- n.Run(ctx, func() {
 			select {
-			case fired <- struct{}{}:
+			case r.fired <- struct{}{}:
 			default:
 			}
 		})
 	}()
-	time.Sleep(200 * time.Millisecond) // armed
+	t.Cleanup(func() { _ = r.stop() })
+	return r
+}
+
+// chargeAndWait checks the notifier has not fired, charges mib MiB of
+// tmpfs to dir (a process in it writes shm), waits for the notifier to
+// fire (failing with notFired) and ends its Run, which must end clean.
+func (r *notifierRun) chargeAndWait(t *testing.T, dir, shm string, mib int, notFired string) {
+	t.Helper()
 	select {
-	case <-fired:
+	case <-r.fired:
 		t.Fatal("fired before anything was charged")
 	default:
 	}
-	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count=100 status=none`, "sh", dir, shm)
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count="$3" status=none`, "sh", dir, shm, strconv.Itoa(mib))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("charge 100Mi: %v: %s", err, out)
+		t.Fatalf("charge %dMi: %v: %s", mib, err, out)
 	}
 	select {
-	case <-fired:
-	case <-ctx.Done():
-		t.Fatal("the near notifier did not fire when usage crossed its level")
+	case <-r.fired:
+	case <-r.ctx.Done():
+		t.Fatal(notFired)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := r.stop(); err != nil {
 		t.Errorf("Run = %v", err)
 	}
 }
@@ -148,22 +181,7 @@ func TestMemcgNearNotifierFires(t *testing.T) {
 // 64Mi level would not have); a sample within the tolerance keeps the
 // registration as it is.
 func TestMemcgNotifierRelevel(t *testing.T) {
-	root := "/sys/fs/cgroup/memory"
-	if _, err := os.Stat(filepath.Join(root, "cgroup.event_control")); err != nil {
-		t.Skip("no cgroup v1 memory hierarchy: kernel memcg notifications do not exist here")
-	}
-	if _, err := os.Stat("/dev/shm"); err != nil {
-		t.Skip("no /dev/shm")
-	}
-	dir := filepath.Join(root, "cri-guard-relevel-test-"+time.Now().Format("150405.000000"))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("cannot create a memory cgroup: %v", err)
-	}
-	shm := filepath.Join("/dev/shm", filepath.Base(dir))
-	t.Cleanup(func() { _ = os.Remove(shm); _ = os.Remove(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("1073741824"), 0); err != nil {
-		t.Fatal(err)
-	}
+	dir, shm := memcgTestGroup(t, "cri-guard-relevel-test-")
 	n := &MemcgNotifier{dir: dir, meminfo: "/proc/meminfo", threshold: memcgThreshold(t), margin: 760 << 20}
 	registered := func() (int64, *os.File) {
 		n.mu.Lock()
@@ -183,18 +201,7 @@ func TestMemcgNotifierRelevel(t *testing.T) {
 		t.Fatalf("registered level %d, want %d", cur, want)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	fired := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- n.Run(ctx, func() {
-			select {
-			case fired <- struct{}{}:
-			default:
-			}
-		})
-	}()
+	nr := runNotifier(t, n)
 	first := waitLevel(64 << 20) // from the files: 1Gi - 200Mi - 760Mi
 	sample := func(capacity int64) NodeSample {
 		return NodeSample{HasAllocatable: true, AllocatableCapacityBytes: capacity, AllocatableInactiveFileBytes: 0}
@@ -206,22 +213,5 @@ func TestMemcgNotifierRelevel(t *testing.T) {
 	}
 	n.Relevel(sample(1<<30 - 32<<20))
 	waitLevel(32 << 20)
-	select {
-	case <-fired:
-		t.Fatal("fired before anything was charged")
-	default:
-	}
-	cmd := exec.Command("sh", "-c", `echo $$ > "$1/cgroup.procs" && exec dd if=/dev/zero of="$2" bs=1M count=48 status=none`, "sh", dir, shm)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("charge 48Mi: %v: %s", err, out)
-	}
-	select {
-	case <-fired:
-	case <-ctx.Done():
-		t.Fatal("the relevelled notifier did not fire when usage crossed its new level")
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run = %v", err)
-	}
+	nr.chargeAndWait(t, dir, shm, 48, "the relevelled notifier did not fire when usage crossed its new level")
 }
