@@ -164,12 +164,17 @@ type podKiller interface {
 
 // KillPod kills the pod's processes at once, past the runtime (a grace
 // cut: the node is a moment from OOM); it returns how many processes were
-// signalled (-1: the kernel's cgroup.kill, which does not say). Safe from
-// any goroutine.
+// signalled (-1: the kernel's cgroup.kill, which does not say). Only the
+// pod's own cgroup is signalled (pod.IsOwnCgroup: named after its UID, as
+// the kubelet names it); the sampler then refuses anything outside the
+// pods cgroup. Safe from any goroutine.
 func (m *Manager) KillPod(p *pod.Pod) (int, error) {
 	k, ok := m.sampler.(podKiller)
 	if !ok {
 		return 0, errors.New("kill pod: the sampler cannot signal processes")
+	}
+	if !pod.IsOwnCgroup(p.CgroupParent, p.UID) {
+		return 0, fmt.Errorf("kill pod %s: its cgroup parent %q is not the kubelet's cgroup of this pod (pod<uid>): only the runtime stops it", p, p.CgroupParent)
 	}
 	return k.KillPod(p.CgroupParent)
 }

@@ -76,7 +76,8 @@
 //     falling faster than a stop through the runtime lands). cutGrace,
 //     once per eviction, recorded: SIGKILL to the victim's pod cgroup from
 //     here (Evictor.KillPod: cgroup.kill, or every process of the v1
-//     memory cgroup; only under the pods cgroup), then its containers
+//     memory cgroup; only the pod's own cgroup, named after its UID as
+//     the kubelet names it, under the pods cgroup), then its containers
 //     stopped with no grace, off the loop. The pass that chooses a victim
 //     cuts at once when the node is already so. One eviction at a time, but for one case
 //     (mayOverlap): once every victim under way has released its memory

@@ -68,6 +68,16 @@ func (f *fakeRuntime) addSandbox(id, uid string, attempt uint32, ready bool, cre
 	f.ctrs["c-"+id] = &runtimeapi.Container{Id: "c-" + id, PodSandboxId: id, State: runtimeapi.ContainerState_CONTAINER_RUNNING}
 }
 
+// kubeletCgroup gives sandbox id the verbose info containerd answers with
+// its config: the cgroup parent the kubelet gives a BestEffort pod, which
+// a kill past the runtime requires (pod.IsOwnCgroup).
+func (f *fakeRuntime) kubeletCgroup(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.statuses[id]
+	st.Info = map[string]string{pod.InfoKey: fmt.Sprintf(`{"config":{"linux":{"cgroup_parent":"/kubepods/besteffort/pod%s"}}}`, st.Status.Metadata.Uid)}
+}
+
 func (f *fakeRuntime) record(s string) { f.calls = append(f.calls, s) }
 
 // ListPodSandbox answers with copies, as a client decodes its own: the

@@ -56,6 +56,27 @@ func qosFromParts(parts []string) (QOSClass, bool) {
 	return "", false
 }
 
+// IsOwnCgroup reports whether parent is the kubelet's cgroup of the pod
+// with uid itself, in one of QOSFromCgroupParent's forms: its last element
+// is pod<uid> (cgroupfs) or ends in pod<uid>.slice with the uid's dashes
+// as underscores (systemd, as the kubelet escapes it). A kill past the
+// runtime (pressure.Sampler.KillPod) signals only such a group: never a QoS
+// tier or another pod's, whatever cgroup parent a sandbox was given.
+func IsOwnCgroup(parent, uid string) bool {
+	if uid == "" {
+		return false
+	}
+	if _, ok := QOSFromCgroupParent(parent); !ok {
+		return false
+	}
+	parent = strings.TrimRight(parent, "/")
+	last := parent[strings.LastIndexByte(parent, '/')+1:]
+	if name, ok := strings.CutSuffix(last, systemdSuffix); ok {
+		return name[strings.LastIndexByte(name, '-')+1:] == podCgroupPrefix+strings.ReplaceAll(uid, "-", "_")
+	}
+	return last == podCgroupPrefix+uid
+}
+
 // isPodPart reports whether s is "pod<uid>" with a non-empty uid.
 func isPodPart(s string) bool {
 	return len(s) > len(podCgroupPrefix) && strings.HasPrefix(s, podCgroupPrefix)

@@ -74,3 +74,32 @@ func TestQOSFromResources(t *testing.T) {
 		})
 	}
 }
+
+// TestIsOwnCgroup: only the pod's own cgroup, as the kubelet names it, is
+// one a kill past the runtime may signal.
+func TestIsOwnCgroup(t *testing.T) {
+	const uid = "0e760759-7576-4c0b-89d0-bf5c9539026e"
+	const suid = "0e760759_7576_4c0b_89d0_bf5c9539026e"
+	tests := []struct {
+		parent, uid string
+		want        bool
+	}{
+		{"/kubepods/besteffort/pod" + uid, uid, true},
+		{"/custom/kubepods/pod" + uid + "/", uid, true},
+		{"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + suid + ".slice", uid, true},
+		{"custom-kubepods-pod" + suid + ".slice", uid, true},
+		{"/kubepods/besteffort/pod" + uid, "1b2c", false},        // another pod's
+		{"/kubepods/besteffort/pod" + uid + "x", uid, false},     // a longer name
+		{"kubepods-besteffort-pod" + uid + ".slice", uid, false}, // dashes not escaped
+		{"/kubepods/besteffort", uid, false},
+		{"/kubepods.slice/kubepods-besteffort.slice", uid, false},
+		{"/system.slice/pod" + uid, uid, false},
+		{"/kubepods/besteffort/pod" + uid, "", false},
+		{"", uid, false},
+	}
+	for _, tt := range tests {
+		if got := IsOwnCgroup(tt.parent, tt.uid); got != tt.want {
+			t.Errorf("IsOwnCgroup(%q, %q) = %v, want %v", tt.parent, tt.uid, got, tt.want)
+		}
+	}
+}
