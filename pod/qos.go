@@ -27,15 +27,20 @@ const (
 //	          [<path>/][<root>-]kubepods-burstable-pod<uid>.slice
 //	          [<path>/][<root>-]kubepods-pod<uid>.slice
 func QOSFromCgroupParent(parent string) (QOSClass, bool) {
-	parent = strings.TrimRight(parent, "/")
+	parent, last := cgroupLeaf(parent)
 	if parent == "" {
 		return "", false
 	}
-	last := parent[strings.LastIndexByte(parent, '/')+1:]
 	if name, ok := strings.CutSuffix(last, systemdSuffix); ok {
 		return qosFromParts(strings.Split(name, "-"))
 	}
 	return qosFromParts(strings.Split(parent, "/"))
+}
+
+// cgroupLeaf is parent without trailing slashes, and its last element.
+func cgroupLeaf(parent string) (trimmed, last string) {
+	trimmed = strings.TrimRight(parent, "/")
+	return trimmed, trimmed[strings.LastIndexByte(trimmed, '/')+1:]
 }
 
 // qosFromParts reads the QoS tier from cgroup name parts that must end in
@@ -69,8 +74,7 @@ func IsOwnCgroup(parent, uid string) bool {
 	if _, ok := QOSFromCgroupParent(parent); !ok {
 		return false
 	}
-	parent = strings.TrimRight(parent, "/")
-	last := parent[strings.LastIndexByte(parent, '/')+1:]
+	_, last := cgroupLeaf(parent)
 	if name, ok := strings.CutSuffix(last, systemdSuffix); ok {
 		return name[strings.LastIndexByte(name, '-')+1:] == podCgroupPrefix+strings.ReplaceAll(uid, "-", "_")
 	}
