@@ -42,7 +42,12 @@
 //     settles it later): settleCreated records the sandbox id and the
 //     ready state and queues the write; settleFailed drops the pending
 //     record when the runtime's answer says for certain that no sandbox
-//     exists, and keeps it for start-up otherwise.
+//     exists, and keeps it otherwise, unsettled (below). A refusal that
+//     names the sandbox holding the attempt's name (containerd's "is
+//     reserved for <id>", with code Unknown, or FailedPrecondition in 1.6:
+//     an earlier call made it and lost its answer) settles the record
+//     with that sandbox as PodSandboxStatus shows it, ready or stopped
+//     (settleReserved, asked off the loop); the kubelet gets the refusal.
 //  5. Wait for the settled record's write (bounded the same), then answer
 //     with the runtime's answer, unchanged: a call is never failed after
 //     containerd succeeded.
@@ -132,14 +137,25 @@
 // an event) touches its record with the next generation number, and a
 // listing changes only the records no outcome touched since it started: a
 // pod created, or stopped by an eviction, after the picture was taken
-// keeps what its outcome said, and the next listing sees it.
+// keeps what its outcome said, and the next listing sees it. A pending
+// record takes the sandbox a listing shows for its attempt (uid and
+// attempt), ready or stopped: its call lost its answer, and the kubelet,
+// which sees the sandbox in its own listing, may never retry that
+// attempt. A pending record that no call will settle (its answer lost, or
+// restored from a crash) is unsettled: a listing that started
+// pendingGrace (2 min, the kubelet's runtimeRequestTimeout) after it
+// without its sandbox drops it.
 //
 // With an API connection (Options.API and Reporter, kube.Client) reports
 // are queued, never waited for.
 //
 // Restore replays checkpoints through admission before Run, taking from
 // containerd what it can tell (the sandbox's own config) and from the
-// record only what only cri-guard knows; when it cannot finish, the loop
+// record only what only cri-guard knows. A pending record whose sandbox
+// containerd does not list is dropped when it was written pendingGrace
+// ago or more, and kept unsettled otherwise (containerd may still be
+// creating it under the cut-off call: the name reserved, the sandbox not
+// listed yet); when it cannot finish, the loop
 // serves degraded (ServeDegraded) and RetryRestore completes it on the
 // loop later.
 //

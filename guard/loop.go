@@ -153,20 +153,21 @@ type Loop struct {
 	w *writer // makes records durable off the loop
 
 	// owned by the loop goroutine
-	pods        map[string]*pod.Pod // by pod key
-	writing     map[string]uint64   // pod keys with a write under way: its sequence number
-	unsaved     map[string]bool     // pod keys whose last checkpoint write failed
-	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
-	inflight    []*inFlight         // the evictions whose stop is under way
-	lastEvicted time.Time           // when the last eviction's stop returned
-	passErr     string              // the error of the last eviction pass, if it failed
-	lastFailed  bool                // the last eviction's stop failed: the next waits evictionSpacing
-	lastResync  time.Time           // when housekeeping last started a listing of the runtime's sandboxes
-	listing     bool                // the listing housekeeping started is under way (resync)
-	gen         uint64              // the generation of the last outcome recorded (touch)
-	changed     map[string]uint64   // pod keys: the generation of the last outcome recorded of their sandbox
-	wake        wakeups             // the running wake-ups
-	fp          *fastPoller         // the fast poll while Run runs; nil when off
+	pods        map[string]*pod.Pod  // by pod key
+	writing     map[string]uint64    // pod keys with a write under way: its sequence number
+	unsaved     map[string]bool      // pod keys whose last checkpoint write failed
+	refused     []*evictor.Eviction  // restored pods refused at start-up, to evict first
+	inflight    []*inFlight          // the evictions whose stop is under way
+	lastEvicted time.Time            // when the last eviction's stop returned
+	passErr     string               // the error of the last eviction pass, if it failed
+	lastFailed  bool                 // the last eviction's stop failed: the next waits evictionSpacing
+	lastResync  time.Time            // when housekeeping last started a listing of the runtime's sandboxes
+	listing     bool                 // the listing housekeeping started is under way (resync)
+	gen         uint64               // the generation of the last outcome recorded (touch)
+	changed     map[string]uint64    // pod keys: the generation of the last outcome recorded of their sandbox
+	unsettled   map[string]time.Time // pending records no call will settle: when a listing without their sandbox drops them
+	wake        wakeups              // the running wake-ups
+	fp          *fastPoller          // the fast poll while Run runs; nil when off
 	closeOnce   sync.Once
 	done        chan struct{}
 
@@ -197,16 +198,17 @@ func New(cfg Config, o Options) (*Loop, error) {
 	return &Loop{
 		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, log: o.Log, now: o.Now, wdog: o.Watchdog,
 		api: o.API, report: o.Reporter,
-		updates: make(chan func()),
-		trigger: make(chan struct{}, 1),
-		notify:  make(chan struct{}, 1),
-		events:  make(chan struct{}, 1),
-		w:       newWriter(o.Store),
-		pods:    map[string]*pod.Pod{},
-		writing: map[string]uint64{},
-		unsaved: map[string]bool{},
-		changed: map[string]uint64{},
-		done:    make(chan struct{}),
+		updates:   make(chan func()),
+		trigger:   make(chan struct{}, 1),
+		notify:    make(chan struct{}, 1),
+		events:    make(chan struct{}, 1),
+		w:         newWriter(o.Store),
+		pods:      map[string]*pod.Pod{},
+		writing:   map[string]uint64{},
+		unsaved:   map[string]bool{},
+		changed:   map[string]uint64{},
+		unsettled: map[string]time.Time{},
+		done:      make(chan struct{}),
 	}, nil
 }
 
@@ -416,6 +418,9 @@ func podFields(p *pod.Pod) logrus.Fields {
 	f := logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID, "qos": p.QOS}
 	if p.SandboxID != "" {
 		f["pod_sandbox_id"] = p.SandboxID
+	}
+	if p.Attempt > 0 {
+		f["attempt"] = p.Attempt
 	}
 	return f
 }

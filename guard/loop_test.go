@@ -188,6 +188,76 @@ func TestSandboxFailed(t *testing.T) {
 	}
 }
 
+// TestSandboxReservedByLostCall: a retried RunPodSandbox refused because
+// an earlier call (its answer lost with a killed cri-guard) holds the
+// attempt's name settles the record with that sandbox, as the runtime
+// shows it; when the runtime cannot show it, the pending record stays. The
+// kubelet gets the runtime's error either way.
+func TestSandboxReservedByLostCall(t *testing.T) {
+	refusal := status.Error(codes.FailedPrecondition, `failed to reserve sandbox name "n-u1_default_u1_0": name "n-u1_default_u1_0" is reserved for "sb-lost"`)
+	tests := []struct {
+		name      string
+		sandbox   func(rt *fakeRuntime) // what the runtime has
+		wantID    string
+		wantState pod.State
+	}{
+		{"left not ready", func(rt *fakeRuntime) { rt.addSandbox("sb-lost", "u1", 0, false, time.Unix(900, 0)) }, "sb-lost", pod.StateStopped},
+		{"ready", func(rt *fakeRuntime) { rt.addSandbox("sb-lost", "u1", 0, true, time.Unix(900, 0)) }, "sb-lost", pod.StateReady},
+		{"not shown yet", func(*fakeRuntime) {}, "", pod.StatePending},
+		{"another attempt's", func(rt *fakeRuntime) { rt.addSandbox("sb-lost", "u1", 1, true, time.Unix(900, 0)) }, "", pod.StatePending},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, true)
+			tt.sandbox(h.rt)
+			h.start(t)
+			p := newPod("u1", 0, pod.BestEffort, false)
+			id, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+				return "sb-lost", false, refusal
+			})
+			if err != refusal || id != "" {
+				t.Fatalf("RunPodSandbox = %q, %v; want the runtime's refusal unchanged", id, err)
+			}
+			flushed(t, h.loop)
+			rec, ok := h.store.get(p.Key())
+			if !ok || rec.SandboxID != tt.wantID || rec.State != tt.wantState {
+				t.Fatalf("record = %+v (found %v), want sandbox %q in state %s", rec, ok, tt.wantID, tt.wantState)
+			}
+			ready := slices.ContainsFunc(h.loop.Pods(), func(q *pod.Pod) bool { return q.Key() == p.Key() && q.State == pod.StateReady })
+			if ready != (tt.wantState == pod.StateReady) {
+				t.Errorf("pod ready in the loop's view = %v, want %v", ready, tt.wantState == pod.StateReady)
+			}
+		})
+	}
+}
+
+// TestListingSettlesAmbiguousFailure: a RunPodSandbox whose answer was
+// lost (deadline) keeps its pending record; when the kubelet does not
+// retry that attempt (it saw the sandbox in its own listing), cri-guard's
+// next listing completes the record, so a ready pod is rankable without
+// a restart.
+func TestListingSettlesAmbiguousFailure(t *testing.T) {
+	h := newHarness(t, true)
+	h.start(t)
+	p := newPod("u1", 0, pod.BestEffort, false)
+	late := status.Error(codes.DeadlineExceeded, "late")
+	if _, err := h.run(p, "", late, false); err != late {
+		t.Fatalf("err = %v", err)
+	}
+	h.rt.addSandbox("sb-late", "u1", 0, true, time.Unix(1000, 0))
+	if err := h.loop.syncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resynced(t, h.loop)
+	flushed(t, h.loop)
+	if rec, ok := h.store.get(p.Key()); !ok || rec.SandboxID != "sb-late" || rec.State != pod.StateReady {
+		t.Fatalf("record = %+v (found %v), want sb-late ready", rec, ok)
+	}
+	if ps := h.loop.Pods(); len(ps) != 1 || ps[0].State != pod.StateReady || ps[0].SandboxID != "sb-late" {
+		t.Fatalf("pods = %v, want the one ready", ps)
+	}
+}
+
 func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	h := newHarness(t, true)
 	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))

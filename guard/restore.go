@@ -14,8 +14,15 @@ import (
 // RestoreReport says what start-up reconciliation did. Evicting counts
 // the refused pods queued for eviction (EnforceRestored).
 type RestoreReport struct {
-	Records, Dropped, Completed, Adopted, Admitted, Refused, Evicting int
+	Records, Dropped, Completed, Unsettled, Adopted, Admitted, Refused, Evicting int
 }
+
+// pendingGrace is how long a pending record whose sandbox the runtime does
+// not list is kept (unsettled) before a listing without it drops it: a
+// RunPodSandbox cut off under cri-guard may still be creating its sandbox
+// (the name is reserved, the sandbox not listed yet), and the kubelet's
+// own deadline for the call (runtimeRequestTimeout) is 2 minutes.
+const pendingGrace = 2 * time.Minute
 
 // Restore loads the checkpoints, reconciles them with what the runtime runs,
 // and replays the live pods as one RESTORE update through admission, oldest
@@ -99,7 +106,17 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 				rep.Completed++
 			}
 		}
+		if !ok && p.SandboxID == "" && l.now().Sub(rec.Written) < pendingGrace {
+			// cut off recently: the runtime may still be creating it; a
+			// listing completes it, or drops it after pendingGrace
+			l.pods[p.Key()] = p
+			l.unsettled[p.Key()] = rec.Written.Add(pendingGrace)
+			l.touch(p.Key())
+			rep.Unsettled++
+			continue
+		}
 		if !ok || known[sb.GetId()] {
+			l.log.WithFields(podFields(p)).WithField("state", rec.State).Debug("restore: record dropped: the runtime has no such sandbox")
 			l.drop(p.Key())
 			rep.Dropped++
 			continue
@@ -159,7 +176,7 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 		rep.Evicting++
 	}
 	l.publish()
-	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).
+	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).WithField("unsettled", rep.Unsettled).
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
 		WithField("evicting", rep.Evicting).Info("restore done")
 	return rep, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +161,77 @@ func TestRestoreKeepsEvictionGuard(t *testing.T) {
 	}
 	if !slices.Equal(h.ev.marked, []string{"p1"}) {
 		t.Fatalf("MarkEvicted calls = %v, want [p1]", h.ev.marked)
+	}
+}
+
+// testClock is a clock a test moves, safe from any goroutine.
+type testClock struct{ ns atomic.Int64 }
+
+func (c *testClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestRestoreKeepsRecentPendingUntilListed: a pending record written just
+// before a crash whose sandbox the runtime does not list yet (containerd
+// still creating it under the cut-off call) is kept, unsettled: the first
+// listing that shows its sandbox completes it, ready or stopped as listed;
+// one never shown is dropped by the first listing past pendingGrace. An
+// old pending record is dropped at once, as before.
+func TestRestoreKeepsRecentPendingUntilListed(t *testing.T) {
+	h := newHarness(t, true)
+	clock := &testClock{}
+	t0 := time.Unix(50_000, 0)
+	clock.set(t0)
+	h.loop.now = clock.now
+	for _, p := range []*pod.Pod{newPod("late", 0, pod.BestEffort, false), newPod("never", 0, pod.BestEffort, false), newPod("old", 0, pod.BestEffort, false)} {
+		written := t0.Add(-10 * time.Second)
+		if p.UID == "old" {
+			written = t0.Add(-pendingGrace - time.Second)
+		}
+		p.State = pod.StatePending
+		h.store.mu.Lock()
+		h.store.recs[p.Key()] = checkpoint.Record{Pod: *p, State: pod.StatePending, Written: written}
+		h.store.mu.Unlock()
+	}
+	rep, err := h.loop.Restore(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (RestoreReport{Records: 3, Dropped: 1, Unsettled: 2}); rep != want {
+		t.Fatalf("report = %+v, want %+v", rep, want)
+	}
+	if _, ok := h.store.get("old/0"); ok {
+		t.Error("a pending record older than the grace was kept")
+	}
+	h.start(t)
+	listing := func() {
+		t.Helper()
+		if err := h.loop.syncOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		resynced(t, h.loop)
+		flushed(t, h.loop)
+	}
+	// containerd finishes the cut-off creation, and the sandbox is left
+	// not ready
+	h.rt.addSandbox("s-late", "late", 0, false, t0.Add(time.Second))
+	clock.add(time.Second)
+	listing()
+	if rec, ok := h.store.get("late/0"); !ok || rec.SandboxID != "s-late" || rec.State != pod.StateStopped {
+		t.Errorf("record of the sandbox listed after the restore = %+v (found %v), want s-late stopped", rec, ok)
+	}
+	if rec, ok := h.store.get("never/0"); !ok || rec.State != pod.StatePending {
+		t.Errorf("unsettled record within its grace = %+v (found %v), want kept pending", rec, ok)
+	}
+	clock.add(pendingGrace)
+	listing()
+	if rec, ok := h.store.get("never/0"); ok {
+		t.Errorf("unsettled record past its grace kept: %+v", rec)
+	}
+	if rec, ok := h.store.get("late/0"); !ok || rec.SandboxID != "s-late" {
+		t.Errorf("completed record lost: %+v (found %v)", rec, ok)
+	}
+	if n := len(h.loop.Pods()); n != 1 {
+		t.Errorf("pods = %d, want 1 (late)", n)
 	}
 }

@@ -41,12 +41,12 @@ func (l *Loop) resync(ctx context.Context) {
 		return
 	}
 	l.listing = true
-	since := l.gen
+	since, started := l.gen, l.now()
 	go func() {
 		sbs, err := l.listSandboxes(ctx)
 		l.post(func() {
 			l.listing = false
-			l.applyListing(since, sbs, err)
+			l.applyListing(since, started, sbs, err)
 		})
 	}()
 }
@@ -56,12 +56,15 @@ func (l *Loop) resync(ctx context.Context) {
 // applies the listing on the loop; the loop waits on neither the runtime
 // nor the caller.
 func (l *Loop) relist(ctx context.Context) {
-	var since uint64
-	if err := l.do(ctx, func() { since = l.gen }); err != nil {
+	var (
+		since   uint64
+		started time.Time
+	)
+	if err := l.do(ctx, func() { since, started = l.gen, l.now() }); err != nil {
 		return
 	}
 	sbs, err := l.listSandboxes(ctx)
-	_ = l.do(ctx, func() { l.applyListing(since, sbs, err) })
+	_ = l.do(ctx, func() { l.applyListing(since, started, sbs, err) })
 }
 
 // listSandboxes is one ListPodSandbox, bounded by resyncTimeout (off the
@@ -73,23 +76,38 @@ func (l *Loop) listSandboxes(ctx context.Context) ([]*runtimeapi.PodSandbox, err
 }
 
 // applyListing makes the known pods agree with a listing started at
-// generation since (loop goroutine): a sandbox that is no longer ready is
-// stopped, one that is gone is removed, one ready again is a candidate
-// again; a record touched since the listing started keeps what the newer
-// outcome said, and one still pending has no sandbox to compare.
-func (l *Loop) applyListing(since uint64, sbs []*runtimeapi.PodSandbox, err error) {
+// generation since, at started (loop goroutine): a sandbox that is no
+// longer ready is stopped, one that is gone is removed, one ready again is
+// a candidate again; a record touched since the listing started keeps what
+// the newer outcome said. A pending record takes the sandbox the listing
+// shows for its attempt (the call that made it lost its answer, or is
+// about to get it); an unsettled one the listing does not show is dropped
+// once its grace has passed (settlePending).
+func (l *Loop) applyListing(since uint64, started time.Time, sbs []*runtimeapi.PodSandbox, err error) {
 	if err != nil {
 		l.log.WithError(err).Debug("resync: cannot list sandboxes")
 		return
 	}
 	states := make(map[string]runtimeapi.PodSandboxState, len(sbs))
+	var byKey map[string]*runtimeapi.PodSandbox // built for the first pending record
 	for _, sb := range sbs {
 		states[sb.GetId()] = sb.GetState()
 	}
 	changed := false
 	for key, p := range l.pods {
-		if p.SandboxID == "" || l.changed[key] > since {
-			continue // RunPodSandbox in flight, or an outcome newer than the listing
+		if l.changed[key] > since {
+			continue // an outcome newer than the listing
+		}
+		if p.SandboxID == "" {
+			if byKey == nil {
+				byKey = make(map[string]*runtimeapi.PodSandbox, len(sbs))
+				for _, sb := range sbs {
+					md := sb.GetMetadata()
+					byKey[pod.Key(md.GetUid(), md.GetAttempt())] = sb
+				}
+			}
+			changed = l.settlePending(key, p, byKey[key], started) || changed
+			continue
 		}
 		st, ok := states[p.SandboxID]
 		switch {
@@ -113,6 +131,33 @@ func (l *Loop) applyListing(since uint64, sbs []*runtimeapi.PodSandbox, err erro
 	if changed {
 		l.publish()
 	}
+}
+
+// settlePending settles a pending record by a listing started at started
+// that shows sb for its attempt (nil: none) (loop goroutine; the caller
+// publishes): the record takes sb, ready or stopped as listed; an
+// unsettled record whose grace ended before the listing started is
+// dropped. It reports whether it changed anything.
+func (l *Loop) settlePending(key string, p *pod.Pod, sb *runtimeapi.PodSandbox, started time.Time) bool {
+	if sb == nil {
+		deadline, ok := l.unsettled[key]
+		if !ok || started.Before(deadline) {
+			return false
+		}
+		l.log.WithFields(podFields(p)).WithField("grace", pendingGrace).Info("pending record dropped: the runtime shows no sandbox of this attempt")
+		l.drop(key)
+		delete(l.pods, key)
+		return true
+	}
+	p.SandboxID, p.State = sb.GetId(), stateOf(sb)
+	if p.Created.IsZero() {
+		p.Created = timeOf(sb)
+	}
+	delete(l.unsettled, key)
+	l.log.WithFields(podFields(p)).WithField("state", p.State).Info("pending record completed from the runtime's listing")
+	l.touch(key)
+	l.save(p)
+	return true
 }
 
 // sandboxGone drops the record of a sandbox the runtime no longer has

@@ -88,7 +88,7 @@ func BenchmarkApplyListing(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := l.do(ctx, func() { l.applyListing(l.gen, sbs, nil) }); err != nil {
+		if err := l.do(ctx, func() { l.applyListing(l.gen, l.now(), sbs, nil) }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 )
@@ -27,8 +29,13 @@ const defaultAfterRuntimeTimeout = 10 * time.Second
 // create (the server hands it in) forwards the call to the runtime and
 // returns the new sandbox's id; on error, notCreated is true when the
 // runtime's answer says for certain that no sandbox exists, false when one
-// may (deadline, lost connection): its pending record is then kept for
-// start-up reconciliation.
+// may (deadline, lost connection): its pending record is then kept,
+// unsettled, for a listing or start-up reconciliation. An error with an id says the runtime named the
+// sandbox that holds this attempt's name (containerd's "is reserved for":
+// an earlier call created it and its answer was lost, cri-guard killed
+// under it): the record is settled with that sandbox as the runtime
+// reports it (settleReserved); the kubelet gets the error unchanged, and
+// finds the sandbox in its own listing.
 func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (sandboxID string, notCreated bool, err error)) (string, error) {
 	p.State = pod.StatePending
 	var (
@@ -65,12 +72,21 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		settled <-chan struct{} // closed once the settled record is written
 	)
 	if err != nil {
-		serr = l.doEventually(settle, func() { l.settleFailed(p, kept, notCreated) })
+		var ch <-chan struct{}
+		if id != "" && kept == nil {
+			serr = l.settleReserved(settle, p, id, &ch)
+			id = ""
+		} else {
+			serr = l.doEventually(settle, func() { l.settleFailed(p, kept, notCreated) })
+		}
+		if serr == nil {
+			settled = ch
+		}
 	} else {
 		var ch <-chan struct{}
 		// ch is read only once the closure ran (serr nil); a late run
 		// writes it with nobody reading
-		serr = l.doEventually(settle, func() { ch = l.settleCreated(p, id) })
+		serr = l.doEventually(settle, func() { ch = l.settleCreated(p, id, pod.StateReady) })
 		if serr == nil {
 			settled = ch
 		}
@@ -129,6 +145,7 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 	// restarts before that, reconciliation adopts the sandbox containerd
 	// runs.
 	pending := l.saveAwaited(p)
+	delete(l.unsettled, p.Key()) // this call settles it
 	l.pods[p.Key()] = p.Clone()
 	l.touch(p.Key())
 	l.publish()
@@ -151,11 +168,48 @@ func (l *Loop) neverRan(p *pod.Pod) bool {
 	return true
 }
 
-// settleCreated records the sandbox id containerd gave an admitted pod
-// and queues its record's write, whose channel it returns (loop
-// goroutine). The record is updated only if it is still the pending one
-// this call wrote.
-func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
+// settleReserved settles a RunPodSandbox the runtime refused because
+// sandbox id holds the attempt's name (caller's goroutine; ch gets the
+// settled record's write). The runtime is asked for that sandbox, off the
+// loop: when it is this attempt's, the record takes it, ready or not as
+// the runtime says; when the runtime cannot show it (still being created
+// by the lost call, or being rolled back) the pending record stays, as for
+// any ambiguous failure.
+func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ch *<-chan struct{}) error {
+	state, err := l.sandboxState(ctx, p, id)
+	if err != nil {
+		l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithError(err).
+			Info("the runtime says a sandbox holds this attempt's name, but does not show it: the pending record stays")
+		return l.doEventually(ctx, func() { l.settleFailed(p, nil, false) })
+	}
+	l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithField("state", state).
+		Info("this attempt's sandbox was created by a call whose answer was lost: recorded")
+	return l.doEventually(ctx, func() { *ch = l.settleCreated(p, id, state) })
+}
+
+// sandboxState asks the runtime for sandbox id and returns its state as a
+// record keeps it, when it is p's attempt (caller's goroutine).
+func (l *Loop) sandboxState(ctx context.Context, p *pod.Pod, id string) (pod.State, error) {
+	resp, err := l.rt.PodSandboxStatus(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	st := resp.GetStatus()
+	md := st.GetMetadata()
+	if md.GetUid() != p.UID || md.GetAttempt() != p.Attempt || st.GetId() != id {
+		return "", fmt.Errorf("sandbox %q is pod %s attempt %d, not this one", id, md.GetUid(), md.GetAttempt())
+	}
+	if st.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+		return pod.StateReady, nil
+	}
+	return pod.StateStopped, nil
+}
+
+// settleCreated records the sandbox id containerd gave an admitted pod,
+// in state (ready when the call created it), and queues its record's
+// write, whose channel it returns (loop goroutine). The record is updated
+// only if it is still the pending one this call wrote.
+func (l *Loop) settleCreated(p *pod.Pod, sandboxID string, state pod.State) <-chan struct{} {
 	cur, ok := l.pods[p.Key()]
 	if ok && cur.SandboxID != "" && cur.SandboxID != sandboxID {
 		return nil // another call settled this attempt with another sandbox
@@ -163,7 +217,8 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
 	if !ok {
 		cur = p.Clone()
 	}
-	cur.SandboxID, cur.State = sandboxID, pod.StateReady
+	cur.SandboxID, cur.State = sandboxID, state
+	delete(l.unsettled, p.Key())
 	l.pods[p.Key()] = cur
 	l.touch(p.Key())
 	done := l.saveAwaited(cur) // a crash before it is written: start-up reconciliation completes the pending record
@@ -173,15 +228,21 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string) <-chan struct{} {
 
 // settleFailed settles a RunPodSandbox that containerd answered with an
 // error (loop goroutine). When the error says for certain that no sandbox
-// exists the pending record is dropped; when it is ambiguous it is kept
-// for start-up reconciliation to settle. A retried attempt whose sandbox
-// exists keeps its record.
+// exists the pending record is dropped; when it is ambiguous it is kept,
+// unsettled, for a listing of the runtime (or start-up reconciliation) to
+// complete, or to drop once pendingGrace has passed without its sandbox. A
+// retried attempt whose sandbox exists keeps its record.
 func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
-	if kept != nil || !notCreated {
+	l.log.WithFields(podFields(p)).WithField("not_created", notCreated).WithField("kept", kept != nil).Debug("pod sandbox not created by the runtime")
+	if kept != nil {
 		return
 	}
 	cur, ok := l.pods[p.Key()]
 	if !ok || cur.SandboxID != "" {
+		return
+	}
+	if !notCreated {
+		l.unsettled[p.Key()] = l.now().Add(pendingGrace)
 		return
 	}
 	l.drop(p.Key())

@@ -205,6 +205,7 @@ func (l *Loop) drop(key string) {
 	l.writing[key] = seq
 	delete(l.unsaved, key)
 	delete(l.changed, key)
+	delete(l.unsettled, key)
 }
 
 // recordWrites records the outcomes of the writer's writes (loop

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -52,6 +53,7 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 		setup          func(t *testing.T, e *env) (context.Context, func())
 		code           codes.Code
 		wantNotCreated bool
+		wantID         string // the sandbox said to hold the attempt's name
 	}{
 		{
 			name: "containerd answers Unknown (unknown runtime handler)",
@@ -63,14 +65,32 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 		},
 		{
 			// the attempt's name is taken: a sandbox an earlier call made
-			// exists, and its pending record must stay
+			// exists, and the guard is told which
 			name: "containerd answers that the name is reserved",
 			setup: func(t *testing.T, e *env) (context.Context, func()) {
 				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.Unknown,
 					`failed to reserve sandbox name "p_ns_u1_0": name "p_ns_u1_0" is reserved for "0123abcd"`))
 				return context.Background(), nil
 			},
-			code: codes.Unknown, wantNotCreated: false,
+			code: codes.Unknown, wantNotCreated: false, wantID: "0123abcd",
+		},
+		{
+			// containerd 1.6 (Debian 12's) says it with FailedPrecondition
+			name: "containerd 1.6 answers that the name is reserved",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.FailedPrecondition,
+					`failed to reserve sandbox name "p_ns_u1_0": name "p_ns_u1_0" is reserved for "47282b6e"`))
+				return context.Background(), nil
+			},
+			code: codes.FailedPrecondition, wantNotCreated: false, wantID: "47282b6e",
+		},
+		{
+			name: "containerd answers FailedPrecondition for another reason",
+			setup: func(t *testing.T, e *env) (context.Context, func()) {
+				e.fake.Runtime.InjectError("RunPodSandbox", status.Error(codes.FailedPrecondition, "runtime handler is not ready"))
+				return context.Background(), nil
+			},
+			code: codes.FailedPrecondition, wantNotCreated: true,
 		},
 		{
 			name: "containerd answers Unavailable",
@@ -135,7 +155,7 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 			if status.Code(err) != tt.code {
 				t.Fatalf("err = %v, want %v", err, tt.code)
 			}
-			want := "failed uid-bu/0 notCreated=" + map[bool]string{true: "true", false: "false"}[tt.wantNotCreated]
+			want := fmt.Sprintf("failed uid-bu/0 notCreated=%v sandbox=%q", tt.wantNotCreated, tt.wantID)
 			// the kubelet's deadline may end its call before the guard is told
 			if !waitFor(5*time.Second, func() bool { return slices.Contains(g.seen(), want) }) {
 				t.Errorf("guard told %v, want %q (err %v)", g.seen(), want, err)

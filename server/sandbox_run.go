@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"regexp"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -20,7 +20,9 @@ import (
 type SandboxGuard interface {
 	// RunPodSandbox runs the whole operation for p: admission, the pending
 	// record, create (which forwards to the runtime), the settled record.
-	// An error carrying a Refusal refuses p unforwarded.
+	// An error carrying a Refusal refuses p unforwarded. create's error
+	// comes with an id when the runtime named the sandbox that holds the
+	// attempt's name (reservedFor).
 	RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (id string, notCreated bool, err error)) (string, error)
 	// SandboxStopped and SandboxRemoved are told of sandboxes stopped or
 	// removed through cri-guard.
@@ -50,6 +52,9 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 			_, err = g.RunPodSandbox(ctx, p, func(ctx context.Context) (string, bool, error) {
 				b, err := next(ctx, raw)
 				if err != nil {
+					if id, ok := reservedFor(err); ok {
+						return id, false, err // that sandbox holds the attempt's name
+					}
 					return "", !maybeCreated(err), err
 				}
 				out = b
@@ -78,30 +83,44 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 // definite failures (an unknown runtime handler, a failed network setup)
 // with codes.Unknown. A retried attempt whose sandbox exists keeps its
 // record in the sync loop whatever this says; a refusal that says the
-// attempt's name is taken means its sandbox exists, and the pending record
-// stays for reconciliation to complete.
+// attempt's name is taken (any code) means its sandbox exists or is being
+// created: the guard is handed its id (reservedFor).
 func maybeCreated(err error) bool {
 	var unsent unsentError
 	if errors.As(err, &unsent) {
 		return false
+	}
+	if _, ok := reservedFor(err); ok {
+		return true
 	}
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled:
 		return true
 	case codes.AlreadyExists:
 		return true // a sandbox of this name exists
-	case codes.Unknown:
-		// containerd's answer when the attempt's name is taken, by a
-		// sandbox an earlier call created (its answer lost, e.g. cri-guard
-		// killed under it): `failed to reserve sandbox name "...": name
-		// "..." is reserved for "<id>"`: that sandbox exists
-		return strings.Contains(status.Convert(err).Message(), "is reserved for")
 	case codes.Unavailable:
 		// gRPC's own, for a connection lost under the call; an
 		// Unavailable the runtime sent is an answer
 		return errors.Is(err, runtimeproxy.ErrTransport)
 	}
 	return false
+}
+
+// reservedName matches containerd's refusal of an attempt whose name is
+// taken: `failed to reserve sandbox name "...": name "..." is reserved for
+// "<id>"`, with code Unknown (containerd 1.7, 2.x) or FailedPrecondition
+// (1.6): the sandbox <id> an earlier call created (its answer lost, e.g.
+// cri-guard killed under it) exists, or is being created.
+var reservedName = regexp.MustCompile(`is reserved for "([^"]+)"`)
+
+// reservedFor returns the id of the sandbox that holds the attempt's name,
+// when err is the runtime's refusal for that reason.
+func reservedFor(err error) (string, bool) {
+	m := reservedName.FindStringSubmatch(status.Convert(err).Message())
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }
 
 // sandboxIDHook forwards a Stop/RemovePodSandbox call and, when the runtime

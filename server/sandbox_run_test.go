@@ -36,7 +36,7 @@ func (g *policyGuard) RunPodSandbox(ctx context.Context, p *pod.Pod, create func
 	}
 	id, notCreated, err := create(ctx)
 	if err != nil {
-		g.log(fmt.Sprintf("failed %s notCreated=%v", p.Key(), notCreated))
+		g.log(fmt.Sprintf("failed %s notCreated=%v sandbox=%q", p.Key(), notCreated, id))
 		return "", err
 	}
 	g.log("created " + p.Key() + " " + id)
@@ -137,7 +137,7 @@ func TestSandboxHooksErrors(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != "no network" {
 			t.Fatalf("err = %v, want containerd's status unchanged", err)
 		}
-		if !slices.Contains(g.seen(), "failed uid-bu/0 notCreated=true") {
+		if !slices.Contains(g.seen(), `failed uid-bu/0 notCreated=true sandbox=""`) {
 			t.Fatalf("failure not reported: %v", g.seen())
 		}
 	})
