@@ -141,7 +141,9 @@ func (gp *guardProc) records(run string) map[string]checkpoint.Record {
 }
 
 // restoreTotals sums the counts of the "restore done" lines of every
-// start's log (records, dropped, completed, adopted, ...).
+// start's log (records, dropped, completed, adopted, ...), and counts the
+// records settled while serving: by a refusal that named the sandbox
+// (settled_reserved) and by a listing (settled_listed).
 func (gp *guardProc) restoreTotals() map[string]int {
 	totals := map[string]int{}
 	logs, _ := filepath.Glob(filepath.Join(gp.dir, "cri-guard-*.log"))
@@ -151,6 +153,12 @@ func (gp *guardProc) restoreTotals() map[string]int {
 			gp.t.Fatal(err)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.Contains(line, "answer was lost: recorded"):
+				totals["settled_reserved"]++
+			case strings.Contains(line, "pending record completed from the runtime's listing"):
+				totals["settled_listed"]++
+			}
 			if !strings.Contains(line, "restore done") {
 				continue
 			}
@@ -163,7 +171,7 @@ func (gp *guardProc) restoreTotals() map[string]int {
 	return totals
 }
 
-var restoreField = regexp.MustCompile(`\b(records|dropped|completed|adopted|admitted|refused|evicting)=(\d+)`)
+var restoreField = regexp.MustCompile(`\b(records|dropped|completed|unsettled|adopted|admitted|refused|evicting)=(\d+)`)
 
 // containerdSandboxes lists this run's sandboxes directly on containerd.
 func containerdSandboxes(t *testing.T, env harness.Runtime, run string) map[string]*runtimeapi.PodSandbox {
@@ -251,7 +259,23 @@ type crashClient struct {
 	// kubelet does on SandboxChanged. The old one stays until removed.
 	superseded map[string]string
 	retries    atomic.Int64
-	errs       map[string]int // retried errors, by message
+	errs       map[string]int      // retried errors, by message
+	trace      map[string][]string // each pod's calls and what they got, by uid
+	began      time.Time
+}
+
+// traceOf returns uid's trace, a line each.
+func (c *crashClient) traceOf(uid string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.trace[uid], "\n")
+}
+
+// note adds one line to uid's trace.
+func (c *crashClient) note(uid, format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.trace[uid] = append(c.trace[uid], fmt.Sprintf("+%.3fs ", time.Since(c.began).Seconds())+fmt.Sprintf(format, args...))
 }
 
 func (c *crashClient) create(ctx context.Context, i int) {
@@ -268,6 +292,11 @@ func (c *crashClient) create(ctx context.Context, i int) {
 		resp, err := c.rt.RunPodSandbox(callCtx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 		cancel()
 		key := pod.Key(uid, attempt)
+		if err != nil {
+			c.note(uid, "RunPodSandbox %s: %v", key, err)
+		} else {
+			c.note(uid, "RunPodSandbox %s: %s", key, resp.PodSandboxId)
+		}
 		switch {
 		case err == nil:
 			c.mu.Lock()
@@ -283,6 +312,7 @@ func (c *crashClient) create(ctx context.Context, i int) {
 			continue
 		case strings.Contains(err.Error(), "reserved"):
 			sb, err := c.lookup(ctx, uid, attempt)
+			c.note(uid, "listed %s: %v (error %v)", key, sb, err)
 			if err != nil || sb == nil {
 				c.retries.Add(1)
 				time.Sleep(50 * time.Millisecond)
@@ -327,8 +357,11 @@ func (c *crashClient) lookup(ctx context.Context, uid string, attempt uint32) (*
 // TestCrashRestore SIGKILLs cri-guard at random moments while a client
 // creates 50 sandboxes through it with 8 goroutines, and restarts it on the
 // same socket and state dir, 10 times: round r kills it 50–600 ms after the
-// creation of pod 5r+4 began. Calls cut off are retried as the kubelet does. Afterwards, while the last cri-guard still runs and again after a
-// clean restart, the checkpoints must agree with containerd: every sandbox
+// creation of pod 5r+4 began. Calls cut off are retried as the kubelet
+// does. Afterwards, while the last cri-guard still runs (within 15 s: its
+// listings, every second here, complete a record whose call lost its
+// answer) and again after a clean restart, the checkpoints must agree
+// with containerd: every sandbox
 // of the run has a record with its id, no record points at a missing
 // sandbox (or is left pending), and every id a RunPodSandbox answered is
 // the id of its record.
@@ -350,12 +383,13 @@ func TestCrashRestore(t *testing.T) {
 	gp := newGuardProc(t, env, writeConfig(t, `
 metricsAddress: ""
 adminSocket: ""
+housekeepingInterval: 1s
 `)...)
 	gp.start()
 
 	conn := harness.Dial(t, gp.socket)
 	t.Cleanup(func() { conn.Close() })
-	client := &crashClient{t: t, rt: runtimeapi.NewRuntimeServiceClient(conn), run: run, answered: map[string]string{}, found: map[string]string{}, superseded: map[string]string{}, errs: map[string]int{}}
+	client := &crashClient{t: t, rt: runtimeapi.NewRuntimeServiceClient(conn), run: run, answered: map[string]string{}, found: map[string]string{}, superseded: map[string]string{}, errs: map[string]int{}, trace: map[string][]string{}, began: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -396,18 +430,20 @@ adminSocket: ""
 	t.Logf("%d pods through %d SIGKILLs at %v; %d answered, %d found after a reserved-name refusal, %d superseded (left NOTREADY by containerd), %d retried calls, %v",
 		pods, rounds, killedAt, len(client.answered), len(client.found), len(client.superseded), client.retries.Load(), time.Since(began).Round(time.Millisecond))
 
-	check := func(when string) {
+	// problems compares the checkpoints with containerd once.
+	problems := func(when string) (out []string) {
 		t.Helper()
+		errorf := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 		recs := gp.records(run)
 		sbs := containerdSandboxes(t, env, run)
 		bySandbox := map[string]checkpoint.Record{}
 		for key, r := range recs {
 			if r.SandboxID == "" {
-				t.Errorf("%s: record %s is still pending (state %s)", when, key, r.State)
+				errorf("%s: record %s is still pending (state %s)", when, key, r.State)
 				continue
 			}
 			if _, ok := sbs[r.SandboxID]; !ok {
-				t.Errorf("%s: record %s points at sandbox %s, which containerd does not have", when, key, r.SandboxID)
+				errorf("%s: record %s points at sandbox %s, which containerd does not have", when, key, r.SandboxID)
 			}
 			bySandbox[r.SandboxID] = r
 		}
@@ -416,33 +452,57 @@ adminSocket: ""
 			key := pod.Key(sb.Metadata.Uid, sb.Metadata.Attempt)
 			switch {
 			case !ok:
-				t.Errorf("%s: containerd sandbox %s (%s, %s) has no record", when, id, key, sb.State)
+				errorf("%s: containerd sandbox %s (%s, %s) has no record; the client's calls:\n%s", when, id, key, sb.State, client.traceOf(sb.Metadata.Uid))
 			case r.Pod.Key() != key:
-				t.Errorf("%s: record of sandbox %s is %s, containerd says %s", when, id, r.Pod.Key(), key)
+				errorf("%s: record of sandbox %s is %s, containerd says %s", when, id, r.Pod.Key(), key)
 			}
 		}
 		client.mu.Lock()
 		defer client.mu.Unlock()
 		for key, id := range client.answered {
 			if r, ok := recs[key]; !ok || r.SandboxID != id {
-				t.Errorf("%s: RunPodSandbox %s answered %s, record: %+v (found %v)", when, key, id, r.SandboxID, ok)
+				errorf("%s: RunPodSandbox %s answered %s, record: %+v (found %v)", when, key, id, r.SandboxID, ok)
 			}
 		}
 		for key, id := range client.found {
 			if r, ok := recs[key]; !ok || r.SandboxID != id {
-				t.Errorf("%s: sandbox %s of %s (found by listing) has record %q (found %v)", when, id, key, r.SandboxID, ok)
+				errorf("%s: sandbox %s of %s (found by listing) has record %q (found %v)", when, id, key, r.SandboxID, ok)
 			}
 		}
 		if got := len(client.answered) + len(client.found) + len(client.superseded); len(sbs) != got {
-			t.Errorf("%s: containerd has %d sandboxes of the run, the client created %d (%d answered, %d found, %d superseded)",
+			errorf("%s: containerd has %d sandboxes of the run, the client created %d (%d answered, %d found, %d superseded)",
 				when, len(sbs), got, len(client.answered), len(client.found), len(client.superseded))
 		}
 		for key, id := range client.superseded {
 			if r, ok := recs[key]; !ok || r.SandboxID != id {
-				t.Errorf("%s: superseded sandbox %s of %s has record %q (found %v)", when, id, key, r.SandboxID, ok)
+				errorf("%s: superseded sandbox %s of %s has record %q (found %v)", when, id, key, r.SandboxID, ok)
 			}
 		}
-		t.Logf("%s: %d records, %d sandboxes in containerd", when, len(recs), len(sbs))
+		if len(out) == 0 {
+			t.Logf("%s: %d records, %d sandboxes in containerd", when, len(recs), len(sbs))
+		}
+		return out
+	}
+	// check waits until they agree: a pending record whose call lost its
+	// answer is completed by the next listing (housekeeping, every second
+	// here), not at once.
+	check := func(when string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			out := problems(when)
+			if len(out) == 0 {
+				t.Logf("%s: agreed after %v", when, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			if time.Since(start) > 15*time.Second {
+				for _, p := range out {
+					t.Error(p)
+				}
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
 	}
 	t.Logf("restores summed over %d starts: %v", gp.starts, gp.restoreTotals())
 	check("after the last restart")
