@@ -33,8 +33,9 @@
 //  2. Wait for the pending record's write, on the caller's goroutine: the
 //     record is on disk before the runtime sees the pod, so a crash in
 //     between leaves a record that start-up reconciles. A failed write does
-//     not hold the pod back; a deadline that ends first drops the record
-//     and fails the call unforwarded.
+//     not hold the pod back; a deadline that ends first fails the call
+//     unforwarded and drops the record (as settleFailed does for a
+//     certain failure).
 //  3. Forward through create, the function the server hands in, off the
 //     loop.
 //  4. Settle on the loop, waited for at most Config.AfterRuntimeTimeout
@@ -42,7 +43,9 @@
 //     settles it later): settleCreated records the sandbox id and the
 //     ready state and queues the write; settleFailed drops the pending
 //     record when the runtime's answer says for certain that no sandbox
-//     exists, and keeps it otherwise, unsettled (below). A refusal that
+//     exists (unless another call of the attempt is in flight, or an
+//     earlier one's sandbox may still appear), and keeps it otherwise,
+//     unsettled (below). A refusal that
 //     names the sandbox holding the attempt's name (containerd's "is
 //     reserved for <id>", with code Unknown, or FailedPrecondition in 1.6:
 //     an earlier call made it and lost its answer) settles the record
@@ -139,12 +142,14 @@
 // pod created, or stopped by an eviction, after the picture was taken
 // keeps what its outcome said, and the next listing sees it. A pending
 // record takes the sandbox a listing shows for its attempt (uid and
-// attempt), ready or stopped: its call lost its answer, and the kubelet,
-// which sees the sandbox in its own listing, may never retry that
-// attempt. A pending record that no call will settle (its answer lost, or
-// restored from a crash) is unsettled: a listing that started
-// pendingGrace (2 min, the kubelet's runtimeRequestTimeout) after it
-// without its sandbox drops it.
+// attempt), ready or stopped: its call lost its answer (the kubelet, which
+// sees the sandbox in its own listing, may never retry that attempt), or
+// is about to get it (the same sandbox). A pending record whose call may
+// have created a sandbox (its answer lost, or restored from a crash) is
+// unsettled: a listing that started pendingGrace (2 min, the kubelet's
+// runtimeRequestTimeout) after it without its sandbox drops it, unless a
+// RunPodSandbox of that attempt is in flight (Loop.calls counts them); a
+// retry that fails for certain leaves it to the grace.
 //
 // With an API connection (Options.API and Reporter, kube.Client) reports
 // are queued, never waited for.

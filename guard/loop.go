@@ -166,6 +166,7 @@ type Loop struct {
 	gen         uint64               // the generation of the last outcome recorded (touch)
 	changed     map[string]uint64    // pod keys: the generation of the last outcome recorded of their sandbox
 	unsettled   map[string]time.Time // pending records no call will settle: when a listing without their sandbox drops them
+	calls       map[string]int       // pod keys: the RunPodSandbox calls in flight that admitted a pending record
 	wake        wakeups              // the running wake-ups
 	fp          *fastPoller          // the fast poll while Run runs; nil when off
 	closeOnce   sync.Once
@@ -208,6 +209,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		unsaved:   map[string]bool{},
 		changed:   map[string]uint64{},
 		unsettled: map[string]time.Time{},
+		calls:     map[string]int{},
 		done:      make(chan struct{}),
 	}, nil
 }

@@ -258,6 +258,74 @@ func TestListingSettlesAmbiguousFailure(t *testing.T) {
 	}
 }
 
+// TestUnsettledGrace: a pending record whose call lost its answer, and
+// whose sandbox never shows, is kept by a listing that starts within
+// pendingGrace and dropped by the first that starts after it; a retry in
+// flight keeps it past the grace, and a retry that fails for certain
+// leaves the grace to decide (the lost call's sandbox may still appear).
+func TestUnsettledGrace(t *testing.T) {
+	h := newHarness(t, true)
+	clock := &testClock{}
+	t0 := time.Unix(70_000, 0)
+	clock.set(t0)
+	h.loop.now = clock.now
+	h.start(t)
+	listing := func() {
+		t.Helper()
+		if err := h.loop.syncOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		resynced(t, h.loop)
+		flushed(t, h.loop)
+	}
+	kept := func(when string) {
+		t.Helper()
+		if rec, ok := h.store.get("u1/0"); !ok || rec.State != pod.StatePending {
+			t.Fatalf("%s: record = %+v (found %v), want kept pending", when, rec, ok)
+		}
+	}
+	p := newPod("u1", 0, pod.BestEffort, false)
+	late := status.Error(codes.DeadlineExceeded, "late")
+	if _, err := h.run(p, "", late, false); err != late {
+		t.Fatalf("err = %v", err)
+	}
+	clock.set(t0.Add(pendingGrace - time.Second))
+	listing()
+	kept("a listing within the grace")
+
+	// a retry in flight past the grace
+	clock.set(t0.Add(pendingGrace + time.Second))
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.loop.RunPodSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false), func(context.Context) (string, bool, error) {
+			<-release
+			return "", true, status.Error(codes.InvalidArgument, "no runtime handler")
+		})
+		done <- err
+	}()
+	waitFor(t, func() bool {
+		var n int
+		_ = h.loop.do(context.Background(), func() { n = h.loop.calls["u1/0"] })
+		return n == 1
+	})
+	listing()
+	kept("a listing past the grace while a retry is in flight")
+	close(release)
+	if err := <-done; status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("retry: %v", err)
+	}
+	flushed(t, h.loop)
+	kept("the retry failed for certain (the lost call's sandbox may still appear)")
+	listing()
+	if rec, ok := h.store.get("u1/0"); ok {
+		t.Fatalf("record past the grace with no call in flight kept: %+v", rec)
+	}
+	if n := len(h.loop.Pods()); n != 0 {
+		t.Fatalf("pods = %d, want 0", n)
+	}
+}
+
 func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	h := newHarness(t, true)
 	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))

@@ -106,13 +106,22 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 				rep.Completed++
 			}
 		}
-		if !ok && p.SandboxID == "" && l.now().Sub(rec.Written) < pendingGrace {
+		// a record dated after now (the clock stepped back across the
+		// restart) counts as written now
+		written := rec.Written
+		if now := l.now(); written.After(now) {
+			written = now
+		}
+		if !ok && p.SandboxID == "" && l.now().Sub(written) < pendingGrace {
 			// cut off recently: the runtime may still be creating it; a
 			// listing completes it, or drops it after pendingGrace
-			l.pods[p.Key()] = p
-			l.unsettled[p.Key()] = rec.Written.Add(pendingGrace)
-			l.touch(p.Key())
 			rep.Unsettled++
+			if l.calls[p.Key()] > 0 {
+				continue // RetryRestore: a call in flight settles it
+			}
+			l.pods[p.Key()] = p
+			l.unsettled[p.Key()] = written.Add(pendingGrace)
+			l.touch(p.Key())
 			continue
 		}
 		if !ok || known[sb.GetId()] {

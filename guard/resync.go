@@ -141,8 +141,8 @@ func (l *Loop) applyListing(since uint64, started time.Time, sbs []*runtimeapi.P
 func (l *Loop) settlePending(key string, p *pod.Pod, sb *runtimeapi.PodSandbox, started time.Time) bool {
 	if sb == nil {
 		deadline, ok := l.unsettled[key]
-		if !ok || started.Before(deadline) {
-			return false
+		if !ok || started.Before(deadline) || l.calls[key] > 0 {
+			return false // its call (or a retry) is in flight, or within the grace
 		}
 		l.log.WithFields(podFields(p)).WithField("grace", pendingGrace).Info("pending record dropped: the runtime shows no sandbox of this attempt")
 		l.drop(key)

@@ -49,6 +49,13 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 	if !r.Admit {
 		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
 	}
+	// ended tells the loop this call no longer settles its pending record
+	// (run on the loop, first thing in the call's settle)
+	ended := func() {
+		if kept == nil {
+			l.callEnded(p.Key())
+		}
+	}
 
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.AfterRuntimeTimeout)
 	defer cancel()
@@ -60,7 +67,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		select {
 		case <-pending:
 		case <-ctx.Done():
-			_ = l.doEventually(settle, func() { l.settleFailed(p, kept, true) })
+			_ = l.doEventually(settle, func() { ended(); l.settleFailed(p, kept, true) })
 			return "", fmt.Errorf("record pod %q: %w", p.String(), ctx.Err())
 		}
 	}
@@ -74,11 +81,11 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 	if err != nil {
 		var ch <-chan struct{}
 		if id != "" && kept == nil {
-			serr = l.settleReserved(settle, p, id, &ch)
-			id = ""
+			serr = l.settleReserved(settle, p, id, ended, &ch)
 		} else {
-			serr = l.doEventually(settle, func() { l.settleFailed(p, kept, notCreated) })
+			serr = l.doEventually(settle, func() { ended(); l.settleFailed(p, kept, notCreated) })
 		}
+		id = "" // an id comes with a refusal only to name the sandbox that holds the name
 		if serr == nil {
 			settled = ch
 		}
@@ -86,7 +93,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		var ch <-chan struct{}
 		// ch is read only once the closure ran (serr nil); a late run
 		// writes it with nobody reading
-		serr = l.doEventually(settle, func() { ch = l.settleCreated(p, id, pod.StateReady) })
+		serr = l.doEventually(settle, func() { ended(); ch = l.settleCreated(p, id, pod.StateReady) })
 		if serr == nil {
 			settled = ch
 		}
@@ -145,7 +152,9 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 	// restarts before that, reconciliation adopts the sandbox containerd
 	// runs.
 	pending := l.saveAwaited(p)
-	delete(l.unsettled, p.Key()) // this call settles it
+	// this call settles the record (callEnded); an unsettled deadline
+	// stays: an earlier call's sandbox may still appear
+	l.calls[p.Key()]++
 	l.pods[p.Key()] = p.Clone()
 	l.touch(p.Key())
 	l.publish()
@@ -169,22 +178,22 @@ func (l *Loop) neverRan(p *pod.Pod) bool {
 }
 
 // settleReserved settles a RunPodSandbox the runtime refused because
-// sandbox id holds the attempt's name (caller's goroutine; ch gets the
-// settled record's write). The runtime is asked for that sandbox, off the
+// sandbox id holds the attempt's name (caller's goroutine; ended runs
+// first on the loop; ch gets the settled record's write). The runtime is asked for that sandbox, off the
 // loop: when it is this attempt's, the record takes it, ready or not as
 // the runtime says; when the runtime cannot show it (still being created
 // by the lost call, or being rolled back) the pending record stays, as for
 // any ambiguous failure.
-func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ch *<-chan struct{}) error {
+func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ended func(), ch *<-chan struct{}) error {
 	state, err := l.sandboxState(ctx, p, id)
 	if err != nil {
 		l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithError(err).
 			Info("the runtime says a sandbox holds this attempt's name, but does not show it: the pending record stays")
-		return l.doEventually(ctx, func() { l.settleFailed(p, nil, false) })
+		return l.doEventually(ctx, func() { ended(); l.settleFailed(p, nil, false) })
 	}
 	l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithField("state", state).
 		Info("this attempt's sandbox was created by a call whose answer was lost: recorded")
-	return l.doEventually(ctx, func() { *ch = l.settleCreated(p, id, state) })
+	return l.doEventually(ctx, func() { ended(); *ch = l.settleCreated(p, id, state) })
 }
 
 // sandboxState asks the runtime for sandbox id and returns its state as a
@@ -228,10 +237,12 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string, state pod.State) <-ch
 
 // settleFailed settles a RunPodSandbox that containerd answered with an
 // error (loop goroutine). When the error says for certain that no sandbox
-// exists the pending record is dropped; when it is ambiguous it is kept,
-// unsettled, for a listing of the runtime (or start-up reconciliation) to
-// complete, or to drop once pendingGrace has passed without its sandbox. A
-// retried attempt whose sandbox exists keeps its record.
+// exists the pending record is dropped, unless another call of the
+// attempt is in flight or an earlier one's sandbox may still appear; when
+// it is ambiguous it is kept, unsettled, for a listing of the runtime (or
+// start-up reconciliation) to complete, or to drop once pendingGrace has
+// passed without its sandbox and with no call in flight. A retried
+// attempt whose sandbox exists keeps its record.
 func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
 	l.log.WithFields(podFields(p)).WithField("not_created", notCreated).WithField("kept", kept != nil).Debug("pod sandbox not created by the runtime")
 	if kept != nil {
@@ -242,12 +253,28 @@ func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
 		return
 	}
 	if !notCreated {
+		// this call's sandbox may appear: a listing completes the record,
+		// or drops it once the grace has passed and no call is in flight
 		l.unsettled[p.Key()] = l.now().Add(pendingGrace)
 		return
+	}
+	if l.calls[p.Key()] > 0 {
+		return // another call in flight settles it
+	}
+	if _, ok := l.unsettled[p.Key()]; ok {
+		return // an earlier call's sandbox may still appear: the grace decides
 	}
 	l.drop(p.Key())
 	delete(l.pods, p.Key())
 	l.publish()
+}
+
+// callEnded records that one RunPodSandbox call of key, which admitted a
+// pending record, no longer settles it (loop goroutine).
+func (l *Loop) callEnded(key string) {
+	if l.calls[key]--; l.calls[key] <= 0 {
+		delete(l.calls, key)
+	}
 }
 
 // SandboxStopped marks the sandbox stopped (StopPodSandbox succeeded).
