@@ -52,6 +52,17 @@ func (h *harness) run(p *pod.Pod, id string, err error, notCreated bool) (string
 	})
 }
 
+// listing runs one housekeeping pass, waits for its listing of the
+// runtime to be applied and for the writes it made.
+func (h *harness) listing(t *testing.T) {
+	t.Helper()
+	if err := h.loop.syncOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	resynced(t, h.loop)
+	flushed(t, h.loop)
+}
+
 func newPod(uid string, attempt uint32, qos pod.QOSClass, critical bool) *pod.Pod {
 	return &pod.Pod{UID: uid, Name: "n-" + uid, Namespace: "default", Attempt: attempt, QOS: qos,
 		Critical: critical, Evictable: !critical, Created: time.Unix(1000, 0)}
@@ -265,19 +276,9 @@ func TestListingSettlesAmbiguousFailure(t *testing.T) {
 // leaves the grace to decide (the lost call's sandbox may still appear).
 func TestUnsettledGrace(t *testing.T) {
 	h := newHarness(t, true)
-	clock := &testClock{}
 	t0 := time.Unix(70_000, 0)
-	clock.set(t0)
-	h.loop.now = clock.now
+	clock := h.clockAt(t0)
 	h.start(t)
-	listing := func() {
-		t.Helper()
-		if err := h.loop.syncOnce(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		resynced(t, h.loop)
-		flushed(t, h.loop)
-	}
 	kept := func(when string) {
 		t.Helper()
 		if rec, ok := h.store.get("u1/0"); !ok || rec.State != pod.StatePending {
@@ -290,7 +291,7 @@ func TestUnsettledGrace(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	clock.set(t0.Add(pendingGrace - time.Second))
-	listing()
+	h.listing(t)
 	kept("a listing within the grace")
 
 	// a retry in flight past the grace
@@ -309,7 +310,7 @@ func TestUnsettledGrace(t *testing.T) {
 		_ = h.loop.do(context.Background(), func() { n = h.loop.calls["u1/0"] })
 		return n == 1
 	})
-	listing()
+	h.listing(t)
 	kept("a listing past the grace while a retry is in flight")
 	close(release)
 	if err := <-done; status.Code(err) != codes.InvalidArgument {
@@ -317,7 +318,7 @@ func TestUnsettledGrace(t *testing.T) {
 	}
 	flushed(t, h.loop)
 	kept("the retry failed for certain (the lost call's sandbox may still appear)")
-	listing()
+	h.listing(t)
 	if rec, ok := h.store.get("u1/0"); ok {
 		t.Fatalf("record past the grace with no call in flight kept: %+v", rec)
 	}

@@ -171,6 +171,14 @@ func (c *testClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
 func (c *testClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 
+// clockAt gives the loop (not yet running) a test clock set to t0.
+func (h *harness) clockAt(t0 time.Time) *testClock {
+	c := &testClock{}
+	c.set(t0)
+	h.loop.now = c.now
+	return c
+}
+
 // TestRestoreKeepsRecentPendingUntilListed: a pending record written just
 // before a crash whose sandbox the runtime does not list yet (containerd
 // still creating it under the cut-off call) is kept, unsettled: the first
@@ -179,10 +187,8 @@ func (c *testClock) add(d time.Duration) { c.ns.Add(int64(d)) }
 // old pending record is dropped at once, as before.
 func TestRestoreKeepsRecentPendingUntilListed(t *testing.T) {
 	h := newHarness(t, true)
-	clock := &testClock{}
 	t0 := time.Unix(50_000, 0)
-	clock.set(t0)
-	h.loop.now = clock.now
+	clock := h.clockAt(t0)
 	for _, p := range []*pod.Pod{newPod("late", 0, pod.BestEffort, false), newPod("never", 0, pod.BestEffort, false), newPod("old", 0, pod.BestEffort, false)} {
 		written := t0.Add(-10 * time.Second)
 		if p.UID == "old" {
@@ -204,19 +210,11 @@ func TestRestoreKeepsRecentPendingUntilListed(t *testing.T) {
 		t.Error("a pending record older than the grace was kept")
 	}
 	h.start(t)
-	listing := func() {
-		t.Helper()
-		if err := h.loop.syncOnce(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		resynced(t, h.loop)
-		flushed(t, h.loop)
-	}
 	// containerd finishes the cut-off creation, and the sandbox is left
 	// not ready
 	h.rt.addSandbox("s-late", "late", 0, false, t0.Add(time.Second))
 	clock.add(time.Second)
-	listing()
+	h.listing(t)
 	if rec, ok := h.store.get("late/0"); !ok || rec.SandboxID != "s-late" || rec.State != pod.StateStopped {
 		t.Errorf("record of the sandbox listed after the restore = %+v (found %v), want s-late stopped", rec, ok)
 	}
@@ -224,7 +222,7 @@ func TestRestoreKeepsRecentPendingUntilListed(t *testing.T) {
 		t.Errorf("unsettled record within its grace = %+v (found %v), want kept pending", rec, ok)
 	}
 	clock.add(pendingGrace)
-	listing()
+	h.listing(t)
 	if rec, ok := h.store.get("never/0"); ok {
 		t.Errorf("unsettled record past its grace kept: %+v", rec)
 	}
