@@ -290,6 +290,20 @@ start_containerd() {
   die "containerd did not start (log: $RT/logs/containerd.log)"
 }
 
+# kill_cgroup_procs NAME: SIGKILL, by PID, the processes still in the cgroup
+# NAME (every hierarchy) and below. Our pods' cgroups hold only ours: a
+# `runc init` whose create a killed caller cut off waits forever for its
+# start and keeps its cgroup (TestCrashRestore makes a few).
+kill_cgroup_procs() {
+  local c p
+  for c in /sys/fs/cgroup/*/"$1"; do
+    if [ -d "$c" ]; then find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
+  done | sort -u | while read -r p; do
+    if [ "$p" != $$ ]; then kill -9 "$p" 2>/dev/null || true; fi
+  done
+  sleep 0.2
+}
+
 stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL; }
 
 # rm_shim_sockets: the sockets our shims left in /run/containerd/s (a shim that
@@ -370,6 +384,7 @@ down() {
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
   local c
+  kill_cgroup_procs "$CG-pods"
   for c in /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/*/"$CG-pods"; do
     [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
   done
@@ -471,6 +486,7 @@ down_events() {
     umount "$m" 2>/dev/null || umount -l "$m" || true
   done
   local c
+  kill_cgroup_procs "$CGE-pods"
   for c in /sys/fs/cgroup/*/"$CGE" /sys/fs/cgroup/*/"$CGE-pods"; do
     [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
   done
