@@ -40,12 +40,12 @@ func TestPutFitsHugeConfigs(t *testing.T) {
 // MaxRecordSize together: the largest are left out, the ones the critical
 // rules classify by are kept.
 func TestPutFitsManySmallEntries(t *testing.T) {
-	s, err := New(t.TempDir(), nil)
+	s, err := New(t.TempDir(), nil, WithRules(pod.CriticalRules{PriorityAnnotation: pod.PolicyPriorityAnnotation}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ann := map[string]string{pod.AnnotationConfigSource: "file", pod.DefaultPriorityAnnotation: "2000000000"}
+	ann := map[string]string{pod.AnnotationConfigSource: "file", pod.PolicyPriorityAnnotation: "2000000000"}
 	labels := map[string]string{}
 	for i := range 600 {
 		ann[fmt.Sprintf("a%04d", i)] = strings.Repeat("y", 2000+i)
@@ -60,8 +60,8 @@ func TestPutFitsManySmallEntries(t *testing.T) {
 		t.Fatalf("records = %d (%v), want the pod's", len(recs), err)
 	}
 	got := recs[0].Pod
-	if got.Annotations[pod.AnnotationConfigSource] != "file" || got.Annotations[pod.DefaultPriorityAnnotation] != "2000000000" {
-		t.Fatalf("classifying annotations lost: %q, %q", got.Annotations[pod.AnnotationConfigSource], got.Annotations[pod.DefaultPriorityAnnotation])
+	if got.Annotations[pod.AnnotationConfigSource] != "file" || got.Annotations[pod.PolicyPriorityAnnotation] != "2000000000" {
+		t.Fatalf("classifying annotations lost: %q, %q", got.Annotations[pod.AnnotationConfigSource], got.Annotations[pod.PolicyPriorityAnnotation])
 	}
 	if _, ok := got.Annotations["a0599"]; ok {
 		t.Fatal("the largest annotation was kept")

@@ -39,7 +39,10 @@ type Critical struct {
 	Rules string `json:"rules"`
 	// Namespaces lists namespaces whose every pod is critical.
 	Namespaces []string `json:"namespaces"`
-	// PriorityAnnotation names the annotation that carries a pod's integer priority.
+	// PriorityAnnotation names the annotation that carries a pod's integer
+	// priority without an API connection; empty (the default): none. A pod's
+	// author writes its annotations, so turning this on needs the admission
+	// policy in contrib/policy/ (pod.CriticalRules.PriorityAnnotation).
 	PriorityAnnotation string `json:"priorityAnnotation"`
 }
 
@@ -156,7 +159,7 @@ func Default() Config {
 		PSITrigger:                       DefaultPSITrigger,
 		KernelMemcgNotification:          DefaultKernelMemcgNotification,
 		FastPoll:                         DefaultFastPoll(),
-		Critical:                         Critical{Rules: "modern", PriorityAnnotation: "cri-guard.io/priority"},
+		Critical:                         Critical{Rules: "modern"},
 		OnStatsError:                     "admit",
 		RestoredPods:                     "enforce",
 		MetricsAddress:                   DefaultMetricsAddress,
@@ -293,8 +296,8 @@ func (c Config) Validate() error {
 			add(fmt.Sprintf("critical.namespaces[%d]", i), "must not be empty")
 		}
 	}
-	if c.Critical.PriorityAnnotation == "" {
-		add("critical.priorityAnnotation", "must not be empty")
+	if strings.ContainsAny(c.Critical.PriorityAnnotation, " \t\n") {
+		add("critical.priorityAnnotation", "must be an annotation key, got %q", c.Critical.PriorityAnnotation)
 	}
 	if c.OnStatsError != "admit" && c.OnStatsError != "reject" {
 		add("onStatsError", "must be admit or reject, got %q", c.OnStatsError)

@@ -48,9 +48,11 @@ const (
 	// the kubelet sends the pod's terminationGracePeriodSeconds to the
 	// runtime (pkg/kubelet/kuberuntime/labels.go podTerminationGracePeriodLabel).
 	AnnotationTerminationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
-	// DefaultPriorityAnnotation is the default annotation carrying a pod's
-	// integer priority, stamped by cluster policy.
-	DefaultPriorityAnnotation = "cri-guard.io/priority"
+	// PolicyPriorityAnnotation is the annotation key that the shipped
+	// admission policy (contrib/policy/priority-annotation.yaml) guards: an
+	// operator running cri-guard without the API may set
+	// critical.priorityAnnotation to it. It is read by no default.
+	PolicyPriorityAnnotation = "cri-guard.io/priority"
 	// NamespaceSystem is the kube-system namespace.
 	NamespaceSystem = "kube-system"
 	// SystemCriticalPriority is the kubelet's threshold for critical pods

@@ -23,15 +23,22 @@ const (
 	ModeSeed = "seed"
 )
 
-// CriticalRules says which pods are critical (DESIGN.md "Critical rules").
-// The zero value is the modern rules with the default priority annotation.
+// CriticalRules says which pods are critical (docs/design.md "Critical rules").
+// The zero value is the modern rules with no priority annotation: a pod's
+// priority then comes only from the API server (spec.priority), which a pod
+// author cannot raise past what its priority class grants.
 type CriticalRules struct {
 	// Mode is ModeModern (default when empty) or ModeSeed.
 	Mode string `json:"rules,omitempty"`
 	// Namespaces lists namespaces whose pods are all critical.
 	Namespaces []string `json:"namespaces,omitempty"`
 	// PriorityAnnotation is the annotation holding a pod's integer priority
-	// (default DefaultPriorityAnnotation).
+	// when cri-guard has no API connection; empty (the default): none is
+	// read. Pod annotations are written by the pod's author and the kubelet
+	// copies them into the CRI request, so an operator who sets this must
+	// also refuse the annotation from anyone but a trusted stamper
+	// (contrib/policy/priority-annotation.yaml); with the API the
+	// annotation is never used.
 	PriorityAnnotation string `json:"priorityAnnotation,omitempty"`
 }
 
@@ -65,20 +72,16 @@ func (r CriticalRules) mode() (string, error) {
 	return "", fmt.Errorf("critical rules %q: unknown mode: %w", r.Mode, ErrInvalid)
 }
 
-// priorityAnnotation returns the configured key or the default.
-func (r CriticalRules) priorityAnnotation() string {
-	if r.PriorityAnnotation == "" {
-		return DefaultPriorityAnnotation
-	}
-	return r.PriorityAnnotation
-}
-
 // Annotations are the annotation keys these rules classify a pod by
 // (static, mirror, the legacy critical-pod mark, the priority key): a copy
 // of the pod that keeps them is classified as the pod is (a trimmed
 // checkpoint record, for one).
 func (r CriticalRules) Annotations() []string {
-	return []string{AnnotationConfigSource, AnnotationConfigMirror, AnnotationCriticalPod, r.priorityAnnotation()}
+	keys := []string{AnnotationConfigSource, AnnotationConfigMirror, AnnotationCriticalPod}
+	if r.PriorityAnnotation != "" {
+		keys = append(keys, r.PriorityAnnotation)
+	}
+	return keys
 }
 
 // IsStatic reports whether annotations mark a static pod: the config source
@@ -98,8 +101,8 @@ func (r CriticalRules) classify(p *Pod) error {
 	}
 	p.Static = IsStatic(p.Annotations)
 	p.Priority, p.HasPriority = 0, false
-	key := r.priorityAnnotation()
-	if v, ok := p.Annotations[key]; ok {
+	key := r.PriorityAnnotation // "": no annotation is trusted for priority
+	if v, ok := p.Annotations[key]; key != "" && ok {
 		n, perr := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
 		if perr != nil {
 			p.Warnings = append(p.Warnings, fmt.Sprintf("annotation %q: priority %q is not a 32-bit integer; ignored", key, v))
@@ -152,9 +155,11 @@ type ContainerRequest struct {
 }
 
 // ApplyAPI completes p with what the API says of it and classifies it
-// again: the API's priority replaces the annotation's, and under the modern
-// rules a pod of priority >= SystemCriticalPriority or a mirror pod is
-// critical, as the kubelet's IsCriticalPod says.
+// again: the priority is the API's alone (spec.priority, set by the API
+// server's priority admission from the pod's priority class) and any
+// priority annotation is ignored, as the kubelet trusts only spec.priority;
+// under the modern rules a pod of priority >= SystemCriticalPriority or a
+// mirror pod is critical, as the kubelet's IsCriticalPod says.
 func (r CriticalRules) ApplyAPI(p *Pod, a API) {
 	p.FromAPI = true
 	p.MemoryRequestBytes, p.HasMemoryRequest = a.MemoryRequestBytes, a.HasMemoryRequest
@@ -165,7 +170,9 @@ func (r CriticalRules) ApplyAPI(p *Pod, a API) {
 	p.ToleratesMemoryPressure = a.ToleratesMemoryPressure
 	p.Containers = slices.Clone(a.Containers)
 	warnings := p.Warnings // said once, when the record was made
-	err := r.classify(p)
+	apiRules := r
+	apiRules.PriorityAnnotation = ""
+	err := apiRules.classify(p)
 	p.Warnings = warnings
 	if err != nil {
 		return // an unknown mode: classify already refused the pod at creation

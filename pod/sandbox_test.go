@@ -36,9 +36,11 @@ func TestFromSandboxConfigClassification(t *testing.T) {
 	critVal := map[string]string{AnnotationConfigSource: "api", AnnotationCriticalPod: "true"}
 	fileCrit := map[string]string{AnnotationConfigSource: "file", AnnotationCriticalPod: ""}
 	prio := func(v string) map[string]string {
-		return map[string]string{AnnotationConfigSource: "api", DefaultPriorityAnnotation: v}
+		return map[string]string{AnnotationConfigSource: "api", PolicyPriorityAnnotation: v}
 	}
 	modern := CriticalRules{}
+	// the annotation is read only where the operator names it
+	modernAnn := CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}
 	seed := CriticalRules{Mode: ModeSeed}
 	tests := []struct {
 		name        string
@@ -57,25 +59,26 @@ func TestFromSandboxConfigClassification(t *testing.T) {
 		{"modern static file", modern, "default", file, true, true, false, 0, false, 0},
 		{"modern static http", modern, "default", map[string]string{AnnotationConfigSource: "http"}, true, true, false, 0, false, 0},
 		{"modern mirror", modern, "default", map[string]string{AnnotationConfigMirror: "abc"}, false, true, false, 0, false, 0},
-		{"modern priority critical", modern, "default", prio("2000000000"), false, true, false, 2000000000, true, 0},
-		{"modern priority node critical", modern, "default", prio("2000001000"), false, true, false, 2000001000, true, 0},
-		{"modern priority below", modern, "default", prio("1999999999"), false, false, true, 1999999999, true, 0},
-		{"modern priority negative", modern, "default", prio("-5"), false, false, true, -5, true, 0},
-		{"modern priority spaces", modern, "default", prio(" 100 "), false, false, true, 100, true, 0},
-		{"modern priority bad", modern, "default", prio("high"), false, false, true, 0, false, 1},
-		{"modern priority overflow", modern, "default", prio("3000000000"), false, false, true, 0, false, 1},
+		{"modern priority critical", modernAnn, "default", prio("2000000000"), false, true, false, 2000000000, true, 0},
+		{"modern priority node critical", modernAnn, "default", prio("2000001000"), false, true, false, 2000001000, true, 0},
+		{"modern priority below", modernAnn, "default", prio("1999999999"), false, false, true, 1999999999, true, 0},
+		{"modern priority negative", modernAnn, "default", prio("-5"), false, false, true, -5, true, 0},
+		{"modern priority spaces", modernAnn, "default", prio(" 100 "), false, false, true, 100, true, 0},
+		{"modern priority bad", modernAnn, "default", prio("high"), false, false, true, 0, false, 1},
+		{"modern priority overflow", modernAnn, "default", prio("3000000000"), false, false, true, 0, false, 1},
+		{"modern priority annotation not read by default", modern, "default", prio("2000000000"), false, false, true, 0, false, 0},
 		{"modern annotation ignored", modern, NamespaceSystem, crit, false, false, true, 0, false, 0},
 		{"modern listed namespace", CriticalRules{Namespaces: []string{"infra"}}, "infra", api, false, true, false, 0, false, 0},
 		{"modern other namespace", CriticalRules{Namespaces: []string{"infra"}}, "default", api, false, false, true, 0, false, 0},
 		{"modern custom priority annotation", CriticalRules{PriorityAnnotation: "x/prio"}, "default",
-			map[string]string{"x/prio": "2000000000", DefaultPriorityAnnotation: "1"}, false, true, false, 2000000000, true, 0},
+			map[string]string{"x/prio": "2000000000", PolicyPriorityAnnotation: "1"}, false, true, false, 2000000000, true, 0},
 		{"seed annotation in kube-system", seed, NamespaceSystem, crit, false, true, true, 0, false, 0},
 		{"seed annotation with value", seed, NamespaceSystem, critVal, false, false, true, 0, false, 0},
 		{"seed annotation outside kube-system", seed, "default", crit, false, false, true, 0, false, 0},
 		{"seed kube-system without annotation", seed, NamespaceSystem, api, false, false, true, 0, false, 0},
 		{"seed static without annotation", seed, NamespaceSystem, file, true, false, true, 0, false, 0},
 		{"seed static critical", seed, NamespaceSystem, fileCrit, true, true, false, 0, false, 0},
-		{"seed priority ignored", seed, "default", prio("2000000000"), false, false, true, 2000000000, true, 0},
+		{"seed priority ignored", CriticalRules{Mode: ModeSeed, PriorityAnnotation: PolicyPriorityAnnotation}, "default", prio("2000000000"), false, false, true, 2000000000, true, 0},
 		{"seed listed namespace", CriticalRules{Mode: ModeSeed, Namespaces: []string{"infra"}}, "infra", api, false, true, true, 0, false, 0},
 		{"seed listed namespace static", CriticalRules{Mode: ModeSeed, Namespaces: []string{"infra"}}, "infra", file, true, true, false, 0, false, 0},
 		{"explicit modern mode", CriticalRules{Mode: ModeModern}, "default", file, true, true, false, 0, false, 0},
@@ -315,9 +318,9 @@ func TestCriticalRulesValidate(t *testing.T) {
 
 func BenchmarkFromSandboxConfig(b *testing.B) {
 	cfg := sandboxConfig("default", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0e760759_7576.slice",
-		map[string]string{AnnotationConfigSource: "api", "kubernetes.io/config.seen": "2026-01-01T00:00:00Z", DefaultPriorityAnnotation: "1000"})
+		map[string]string{AnnotationConfigSource: "api", "kubernetes.io/config.seen": "2026-01-01T00:00:00Z", PolicyPriorityAnnotation: "1000"})
 	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 30, CpuShares: 1024}
-	rules := CriticalRules{Namespaces: []string{"infra", "monitoring"}}
+	rules := CriticalRules{Namespaces: []string{"infra", "monitoring"}, PriorityAnnotation: PolicyPriorityAnnotation}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := FromSandboxConfig(cfg, "", rules, testNow); err != nil {
@@ -331,7 +334,7 @@ func BenchmarkFromSandboxConfig(b *testing.B) {
 func TestRulesAnnotations(t *testing.T) {
 	for _, rules := range []CriticalRules{{}, {PriorityAnnotation: "x.io/prio"}, {Mode: ModeSeed, PriorityAnnotation: "x.io/p"}} {
 		ann := map[string]string{AnnotationConfigSource: "file", AnnotationConfigMirror: "m", AnnotationCriticalPod: "",
-			rules.priorityAnnotation(): "2000000000", "other": "x"}
+			PolicyPriorityAnnotation: "2000000000", rules.PriorityAnnotation: "2000000000", "other": "x"}
 		full := &Pod{Namespace: NamespaceSystem, Annotations: ann}
 		kept := &Pod{Namespace: NamespaceSystem, Annotations: map[string]string{}}
 		for _, k := range rules.Annotations() {
