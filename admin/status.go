@@ -45,6 +45,10 @@ type Status struct {
 	// Degraded says why cri-guard serves without a finished restore
 	// (restored pods unknown, retried); empty normally.
 	Degraded string `json:"degraded,omitempty"`
+	// Problems are the parts cri-guard serves CRI without ("part:
+	// reason": the config file, the metrics or admin listener, the API
+	// connection), each retried in the background; empty normally.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // API describes the connection to the API server.
@@ -141,6 +145,8 @@ type Sources struct {
 	API func() API
 	// Degraded is guard.Loop.Degraded; may be nil.
 	Degraded func() error
+	// Problems lists the degraded parts; may be nil.
+	Problems func() []string
 	// Now stamps the document; default time.Now.
 	Now func() time.Time
 }
@@ -175,6 +181,9 @@ func Build(src Sources) Status {
 		if err := src.Degraded(); err != nil {
 			s.Degraded = err.Error()
 		}
+	}
+	if src.Problems != nil {
+		s.Problems = src.Problems()
 	}
 	s.Signals = signals(snap.Observed, snap.Thresholds)
 	var ps []*pod.Pod

@@ -169,44 +169,83 @@ func Default() Config {
 	}
 }
 
+// ErrUnknownField is the problem of a key that names no setting. Load and
+// check-config refuse it; the daemon's start and reload take the file
+// without the key (LoadLenient), as the kubelet's lenient decoding of its
+// own config file does, so that a key from a newer release after a
+// downgrade does not leave the node without a runtime.
+var ErrUnknownField = errors.New("unknown field")
+
 // Load reads the YAML file at path over the defaults and validates the result.
 // A missing key keeps its default; an unknown key, a key given twice or a
 // bad value is an error.
 func Load(path string) (Config, error) {
+	cfg, _, err := load(path, false)
+	return cfg, err
+}
+
+// LoadLenient is Load for the daemon: unknown keys are left out and
+// returned as warnings, as is an empty file (it means every default, which
+// is more likely a mistake than a choice); every other problem is still an
+// error.
+func LoadLenient(path string) (Config, []string, error) {
+	return load(path, true)
+}
+
+func load(path string, lenient bool) (Config, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return Config{}, fmt.Errorf("read config %q: %w", path, err)
+		return Config{}, nil, fmt.Errorf("read config %q: %w", path, err)
 	}
-	cfg, err := Parse(b)
+	cfg, warnings, err := parse(b, lenient)
 	if err != nil {
-		return Config{}, fmt.Errorf("config %q: %w", path, err)
+		return Config{}, nil, fmt.Errorf("config %q: %w", path, err)
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
 // Parse decodes YAML over the defaults and validates the result.
 func Parse(b []byte) (Config, error) {
+	cfg, _, err := parse(b, false)
+	return cfg, err
+}
+
+func parse(b []byte, lenient bool) (Config, []string, error) {
 	cfg := Default()
-	if len(bytes.TrimSpace(b)) > 0 {
+	var warnings []string
+	if len(bytes.TrimSpace(b)) == 0 {
+		warnings = append(warnings, "the file is empty: every setting has its default")
+	} else if err := decode(b, &cfg); err != nil {
 		// Maps given in the file replace the default maps whole, as the
 		// kubelet does for evictionHard.
-		if err := decode(b, &cfg); err != nil {
-			// Report the fields that did decode too: every problem at once.
-			var errs Errors
-			if !errors.As(err, &errs) {
-				return Config{}, err // not YAML at all
+		var errs Errors
+		if !errors.As(err, &errs) {
+			return Config{}, nil, err // not YAML at all
+		}
+		if lenient {
+			var rest Errors
+			for _, e := range errs {
+				if errors.Is(e, ErrUnknownField) {
+					warnings = append(warnings, e.Error()+": ignored")
+				} else {
+					rest = append(rest, e)
+				}
 			}
+			errs = rest
+		}
+		if len(errs) > 0 {
+			// Report the fields that did decode too: every problem at once.
 			if verr, ok := cfg.Validate().(Errors); ok {
 				errs = append(errs, verr...)
 			}
-			return Config{}, errs
+			return Config{}, nil, errs
 		}
 	}
 	cfg.applyKubeletDefaults()
 	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+		return Config{}, nil, err
 	}
-	return cfg, nil
+	return cfg, warnings, nil
 }
 
 // applyKubeletDefaults applies the kubelet's defaulting of values it

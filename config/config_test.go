@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +174,43 @@ func TestLoadNamesTheFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Fatal("want an error for a missing file")
+	}
+}
+
+// TestLoadLenient: the daemon takes a file with a key it does not know
+// (a newer release's, after a downgrade) without that key, saying so,
+// where Load refuses it; any other problem is still refused; an empty file
+// is taken as the defaults with a warning.
+func TestLoadLenient(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	unknown := write("unknown.yaml", "housekeepingInterval: 3s\nfutureSetting: 1\ncritical: {rules: modern, newRule: x}\n")
+	if _, err := Load(unknown); !errors.Is(err, ErrUnknownField) {
+		t.Fatalf("Load: %v, want an unknown field", err)
+	}
+	cfg, warnings, err := LoadLenient(unknown)
+	if err != nil {
+		t.Fatalf("LoadLenient: %v", err)
+	}
+	if cfg.HousekeepingInterval.Duration != 3*time.Second {
+		t.Errorf("housekeepingInterval = %v, want the file's 3s", cfg.HousekeepingInterval)
+	}
+	if want := []string{"critical.newRule: unknown field: ignored", "futureSetting: unknown field: ignored"}; !slices.Equal(warnings, want) {
+		t.Errorf("warnings = %q, want %q", warnings, want)
+	}
+	bad := write("bad.yaml", "futureSetting: 1\nhousekeepingInterval: fast\n")
+	if _, _, err := LoadLenient(bad); err == nil || !strings.Contains(err.Error(), "housekeepingInterval") || strings.Contains(err.Error(), "futureSetting") {
+		t.Errorf("LoadLenient of a bad value: %v, want the bad value refused and the unknown key not named", err)
+	}
+	empty := write("empty.yaml", "\n  \n")
+	cfg, warnings, err = LoadLenient(empty)
+	if err != nil || !reflect.DeepEqual(cfg, func() Config { c := Default(); c.applyKubeletDefaults(); return c }()) || len(warnings) != 1 || !strings.Contains(warnings[0], "empty") {
+		t.Errorf("LoadLenient of an empty file: %v, %q, want the defaults and a warning", err, warnings)
 	}
 }

@@ -85,7 +85,7 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
 		}
 		i, ok := fields[k]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: unknown field", p))
+			errs = append(errs, fmt.Errorf("%s: %w", p, ErrUnknownField))
 			continue
 		}
 		errs = append(errs, decodeValue(p, obj[k], v.Field(i))...)

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,6 +21,10 @@ type StateSource struct {
 	// Degraded reports whether cri-guard serves without a finished restore
 	// (guard.Loop.Degraded() != nil); nil omits cri_guard_restore_degraded.
 	Degraded func() bool
+	// Parts are the parts cri-guard serves without, as "part: reason"
+	// (the config file, the metrics or admin listener, the API
+	// connection); nil omits cri_guard_degraded.
+	Parts func() []string
 	// Wakeups are the sync loop's passes by what woke them, and its watch
 	// samples (guard.Loop.Wakeups); nil omits cri_guard_wakeups_total.
 	Wakeups func() map[string]uint64
@@ -38,6 +43,7 @@ type Collector struct {
 	sampledAt  *prometheus.Desc
 	statsError *prometheus.Desc
 	degraded   *prometheus.Desc
+	parts      *prometheus.Desc
 	wakeups    *prometheus.Desc
 }
 
@@ -65,6 +71,9 @@ func NewCollector(src StateSource) *Collector {
 			"1 when the last pressure sample could not be read.", nil, nil),
 		degraded: prometheus.NewDesc(Namespace+"_restore_degraded",
 			"1 while cri-guard serves without a finished restore of its checkpoints (retried).", nil, nil),
+		parts: prometheus.NewDesc(Namespace+"_degraded",
+			"1 for each part cri-guard serves CRI without, retried in the background (config, metrics, admin socket, api).",
+			[]string{"part"}, nil),
 		wakeups: prometheus.NewDesc(Namespace+"_wakeups_total",
 			"Sync loop passes by what woke them (tick, trigger, notification, memory-events, follow-up, fast-poll, restored-refused) and the fast poll's watch samples (watch).",
 			[]string{"source"}, nil),
@@ -73,7 +82,7 @@ func NewCollector(src StateSource) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded, c.wakeups} {
+	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded, c.parts, c.wakeups} {
 		ch <- d
 	}
 }
@@ -114,6 +123,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.statsError, prometheus.GaugeValue, boolValue(st.StatsError != ""))
 	if c.src.Degraded != nil {
 		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.GaugeValue, boolValue(c.src.Degraded()))
+	}
+	if c.src.Parts != nil {
+		for _, p := range c.src.Parts() {
+			part, _, _ := strings.Cut(p, ": ")
+			ch <- prometheus.MustNewConstMetric(c.parts, prometheus.GaugeValue, 1, part)
+		}
 	}
 	if c.src.Wakeups != nil {
 		for source, n := range c.src.Wakeups() {

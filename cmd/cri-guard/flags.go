@@ -21,6 +21,16 @@ type options struct {
 	FileConfig config.Config
 	// ShutdownTimeout bounds the graceful stop.
 	ShutdownTimeout time.Duration
+	// Warnings are what the config file had that was left out (unknown
+	// keys, an empty file): logged at start.
+	Warnings []string
+	// Problems say why the config file was not used as it is (it does not
+	// load, or its thresholds would fire at once): cri-guard serves
+	// degraded with the last good config or the safe defaults.
+	Problems []string
+	// configRaw is the file as read when it is used as it is: saved as the
+	// last good config once cri-guard serves with it.
+	configRaw []byte
 	// RestoreTimeout bounds how long start-up waits for the restore before
 	// serving degraded (the restore is then retried in the background).
 	RestoreTimeout time.Duration
@@ -73,17 +83,26 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if v.config != "" {
-		cfg, err := config.Load(v.config)
-		if err != nil {
-			return options{}, err
+		stateDir := o.Config.StateDir
+		if isSet(fs, "state-dir") {
+			stateDir = v.stateDir
 		}
+		cfg, raw, warnings, problems := startConfig(v.config, stateDir, firingHardThresholds)
 		o.ConfigPath, o.Config, o.FileConfig = v.config, cfg, cfg
+		o.configRaw, o.Warnings, o.Problems = raw, warnings, problems
 	}
 	applyFlags(fs, &v, &o.Config)
 	if err := o.validate(); err != nil {
 		return options{}, err
 	}
 	return o, nil
+}
+
+// isSet reports whether the flag name was given.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // applyFlags copies the flags that were set on the command line into cfg.

@@ -42,6 +42,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cri-guard: %v\n", err)
 		return 2
 	}
+	for _, w := range opts.Warnings {
+		logger.WithField("config", opts.ConfigPath).WithField("problem", w).Warn("config file: left out")
+	}
+	for _, p := range opts.Problems {
+		logger.WithField("config", opts.ConfigPath).WithField("problem", p).Error("config file not used as it is: serving degraded")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, opts, logger.WithField("component", "main")); err != nil {

@@ -39,7 +39,6 @@ func TestParseFlags(t *testing.T) {
 			}()},
 		{name: "same socket", args: []string{"--listen", "/x.sock", "--runtime-endpoint", "/x.sock"}, wantErr: "same socket"},
 		{name: "empty listen", args: []string{"--listen", ""}, wantErr: "listen: must not be empty"},
-		{name: "missing config file", args: []string{"--config", "/nonexistent/c.yaml"}, wantErr: "/nonexistent/c.yaml"},
 		{name: "stray argument", args: []string{"serve"}, wantErr: "unexpected argument"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
 	}

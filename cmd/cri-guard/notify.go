@@ -60,6 +60,9 @@ func (n *notifier) Ready() {
 	n.send(daemon.SdNotifyReady)
 }
 
+// Status sends STATUS=s, the line `systemctl status` shows.
+func (n *notifier) Status(s string) { n.send("STATUS=" + s) }
+
 // Stopping sends STOPPING=1; no watchdog ping follows it.
 func (n *notifier) Stopping() {
 	n.mu.Lock()

@@ -84,8 +84,11 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	if m := next(); m != "READY=1" {
 		t.Fatalf("first message %q, want READY=1", m)
 	}
+	if m := next(); m != "STATUS=serving" {
+		t.Fatalf("second message %q, want STATUS=serving (nothing degraded)", m)
+	}
 	if m := next(); m != "WATCHDOG=1" {
-		t.Fatalf("second message %q, want WATCHDOG=1", m)
+		t.Fatalf("third message %q, want WATCHDOG=1", m)
 	}
 	cancel()
 	// run may return before the reader has taken the last datagrams: wait

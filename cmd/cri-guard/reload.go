@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"reflect"
 	"time"
 
@@ -18,6 +20,12 @@ type reloader struct {
 	path    string
 	current config.Config
 	log     *logrus.Entry
+	// firing returns the hard thresholds of a config that the node meets
+	// now (firingHardThresholds); nil: not checked.
+	firing func(config.Config) ([]string, error)
+	// stateDir, when set, keeps a copy of each file applied (the last good
+	// config, saveLastGood).
+	stateDir string
 	// apply installs new thresholds; it runs them on the sync loop
 	// goroutine (evictor.Manager.SetThresholds is not goroutine-safe).
 	apply func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error
@@ -43,12 +51,30 @@ func (r *reloader) reload(ctx context.Context) error {
 		log.Warn("reload asked but cri-guard runs without --config: nothing to reload")
 		return nil
 	}
-	cfg, err := config.Load(r.path)
+	cfg, warnings, err := config.LoadLenient(r.path)
 	if err != nil {
 		for _, p := range problemLines(err, r.path) {
 			log.WithField("problem", p).Error("config reload rejected: keeping the old thresholds")
 		}
 		return err
+	}
+	for _, w := range warnings {
+		log.WithField("problem", w).Warn("config file: left out")
+	}
+	// Thresholds that the node already meets would stop pods within the
+	// next pass: a reload is an edit, so they are taken for a mistake, as
+	// check-config takes them, unless they are the ones in force.
+	if r.firing != nil && !sameThresholds(cfg, r.current) {
+		fired, ferr := r.firing(cfg)
+		if ferr != nil {
+			log.WithError(ferr).Warn("node check of the reloaded hard thresholds skipped")
+		}
+		if len(fired) > 0 {
+			for _, p := range fired {
+				log.WithField("problem", p).Error("config reload rejected: keeping the old thresholds")
+			}
+			return fmt.Errorf("reload: %s", strings.Join(fired, "; "))
+		}
 	}
 	ts, err := cfg.Thresholds()
 	if err != nil { // Load validated them: not expected
@@ -71,6 +97,13 @@ func (r *reloader) reload(ctx context.Context) error {
 		thresholds[i] = t.String()
 	}
 	log.WithField("thresholds", thresholds).Info("eviction thresholds reloaded")
+	if r.stateDir != "" {
+		if raw, err := os.ReadFile(r.path); err == nil {
+			if err := saveLastGood(r.stateDir, raw); err != nil {
+				log.WithError(err).Warn("the last good config is not saved")
+			}
+		}
+	}
 	return nil
 }
 

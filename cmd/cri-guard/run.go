@@ -50,13 +50,17 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		}
 	}()
 
+	h := newHealth(logger.WithField("component", "health"), notify.Status)
+	for _, p := range opts.Problems {
+		h.Set("config", p)
+	}
 	var m *metrics.Metrics
 	if cfg.MetricsAddress != "" {
 		m = metrics.New()
 	}
-	kc, err := newKube(cfg, logger, m)
-	if err != nil {
-		return err
+	var kc *lateKube
+	if cfg.Kubernetes.Kubeconfig != "" {
+		kc = &lateKube{log: logger.WithField("component", "kube")}
 	}
 	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, notify.watchdogInterval()/4, kc)
 	if err != nil {
@@ -64,11 +68,17 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	}
 	defer func() { _ = g.store.Close(); g.bounded.Close() }()
 	loop, ev := g.loop, g.ev
+	if opts.configRaw != nil {
+		if err := saveLastGood(cfg.StateDir, opts.configRaw); err != nil {
+			log.WithError(err).Warn("the last good config is not saved: a broken config file at the next start runs the defaults")
+		}
+	}
 	if m != nil {
 		m.Registry().MustRegister(metrics.NewCollector(metrics.StateSource{
 			Snapshot:  ev.Snapshot,
 			Connected: func() bool { return rt.State() == connectivity.Ready },
 			Degraded:  func() bool { return loop.Degraded() != nil },
+			Parts:     h.Problems,
 			Wakeups:   loop.Wakeups,
 		}))
 	}
@@ -98,7 +108,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		wg.Go(func() { retryRestore(loopCtx, loop, logger.WithField("component", "restore")) })
 	}
 	if kc != nil {
-		wg.Go(func() { kc.Run(loopCtx) })
+		kc.connect(loopCtx, &wg, cfg, logger, m, h)
 	}
 	// One runtime event stream, shared by the sync loop and every kubelet
 	// stream (containerd 1.7 would split events among separate streams).
@@ -108,12 +118,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	})
 	rl := newReloader(opts, loop, logger)
 	wg.Go(func() { rl.run(loopCtx, hup) })
-	if err := serveMetrics(loopCtx, &wg, cfg, m, logger); err != nil {
-		return err
-	}
-	if err := serveAdmin(loopCtx, &wg, cfg, g, rt, kc, logger); err != nil {
-		return err
-	}
+	serveMetrics(loopCtx, &wg, cfg, m, h, logger)
+	serveAdmin(loopCtx, &wg, cfg, g, rt, kc, h, logger)
 
 	hooks := server.SandboxHooks(loop, cfg.CriticalRules(), nil)
 	scfg := server.Config{Listen: cfg.Listen, ShutdownTimeout: opts.ShutdownTimeout,
@@ -129,6 +135,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		return err
 	}
 	notify.Ready()
+	h.publish()
 	stopNotify := context.AfterFunc(ctx, notify.Stopping)
 	defer stopNotify()
 	log.WithFields(logrus.Fields{"listen": cfg.Listen, "runtime_endpoint": rt.Endpoint(), "version": version,
@@ -156,7 +163,7 @@ type guardParts struct {
 // of WatchdogSec: the notifier pings at most every half), so that a
 // housekeeping interval longer than WatchdogSec does not get a healthy
 // loop killed.
-func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), watchdogEvery time.Duration, kc *kube.Client) (guardParts, error) {
+func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), watchdogEvery time.Duration, kc *lateKube) (guardParts, error) {
 	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
 	if err != nil {
 		return guardParts{}, err
@@ -218,7 +225,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 // onPressure is the eviction manager's OnPressure: cri-guard's node
 // condition in the API follows its view of memory pressure; nil without an
 // API connection.
-func onPressure(kc *kube.Client) func(evictor.Pressure) {
+func onPressure(kc *lateKube) func(evictor.Pressure) {
 	if kc == nil {
 		return nil
 	}

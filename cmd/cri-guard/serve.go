@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -14,6 +16,7 @@ import (
 	"github.com/cri-guard/cri-guard/guard"
 	"github.com/cri-guard/cri-guard/kube"
 	"github.com/cri-guard/cri-guard/metrics"
+	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
@@ -43,11 +46,108 @@ func newKube(cfg config.Config, logger *logrus.Logger, m *metrics.Metrics) (*kub
 	return kc, nil
 }
 
+// lateKube is the API connection as the sync loop and the status see it:
+// nil until the kubeconfig can be loaded. On a node that joins, the
+// kubelet's kubeconfig is written only after its TLS bootstrap, which
+// needs a runtime, which is cri-guard: so a kubeconfig missing at start is
+// waited for in the background while cri-guard serves CRI-only. Until
+// then decisions are made from CRI alone (as without a kubeconfig) and
+// their reports are logged as not written.
+type lateKube struct {
+	log *logrus.Entry
+	c   atomic.Pointer[kube.Client]
+
+	mu      sync.Mutex
+	why     string
+	pending *kube.NodePressure // the last pressure seen before the connection
+}
+
+var (
+	_ guard.APIPods  = (*lateKube)(nil)
+	_ guard.Reporter = (*lateKube)(nil)
+)
+
+func (k *lateKube) client() *kube.Client { return k.c.Load() }
+
+func (k *lateKube) reason() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.why
+}
+
+// connect retries newKube until it succeeds or ctx ends, then runs the
+// client until ctx ends (a goroutine of wg).
+func (k *lateKube) connect(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, logger *logrus.Logger, m *metrics.Metrics, h *health) {
+	wg.Go(func() {
+		var kc *kube.Client
+		if !retryUntil(ctx, h, "api", func() (err error) {
+			kc, err = newKube(cfg, logger, m)
+			if err != nil {
+				k.mu.Lock()
+				k.why = err.Error()
+				k.mu.Unlock()
+			}
+			return err
+		}) {
+			return
+		}
+		k.mu.Lock()
+		k.c.Store(kc)
+		p := k.pending
+		k.mu.Unlock()
+		if p != nil {
+			kc.SetNodePressure(*p)
+		}
+		kc.Run(ctx)
+	})
+}
+
+// Pod is kube.Client.Pod, nothing before the connection.
+func (k *lateKube) Pod(uid string) (pod.API, bool) {
+	if c := k.c.Load(); c != nil {
+		return c.Pod(uid)
+	}
+	return pod.API{}, false
+}
+
+// Rejected is kube.Client.Rejected; before the connection it is logged.
+func (k *lateKube) Rejected(p *pod.Pod, reason, message string) {
+	if c := k.c.Load(); c != nil {
+		c.Rejected(p, reason, message)
+		return
+	}
+	k.log.WithFields(logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID}).Warn("rejection not reported: no API connection yet")
+}
+
+// Evicted is kube.Client.Evicted; before the connection it is logged.
+func (k *lateKube) Evicted(p *pod.Pod, message string) {
+	if c := k.c.Load(); c != nil {
+		c.Evicted(p, message)
+		return
+	}
+	k.log.WithFields(logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID}).Warn("eviction not reported: no API connection yet")
+}
+
+// SetNodePressure is kube.Client.SetNodePressure; before the connection
+// the last value is kept and written once connected.
+func (k *lateKube) SetNodePressure(p kube.NodePressure) {
+	k.mu.Lock()
+	c := k.c.Load()
+	if c == nil {
+		k.pending = &p
+	}
+	k.mu.Unlock()
+	if c != nil {
+		c.SetNodePressure(p)
+	}
+}
+
 // newReloader reloads the thresholds of the config file on SIGHUP into the
 // sync loop.
 func newReloader(opts options, loop *guard.Loop, logger *logrus.Logger) *reloader {
 	log := logger.WithField("component", "reload")
 	return &reloader{path: opts.ConfigPath, current: opts.FileConfig, log: log,
+		firing: firingHardThresholds, stateDir: opts.Config.StateDir,
 		apply: func(ctx context.Context, ts []pressure.Threshold, transition time.Duration) error {
 			added, removed, err := loop.SetThresholds(ctx, ts, transition)
 			if err != nil {
@@ -59,37 +159,37 @@ func newReloader(opts options, loop *guard.Loop, logger *logrus.Logger) *reloade
 		}}
 }
 
-// serveMetrics listens on the metrics address, when there is one, and
-// serves until ctx ends (a goroutine of wg).
-func serveMetrics(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, m *metrics.Metrics, logger *logrus.Logger) error {
+// serveMetrics serves the metrics address, when there is one, until ctx
+// ends (goroutines of wg). A listener that cannot be opened (the port is
+// held by another process: any local user may bind a port above 1024)
+// leaves cri-guard serving CRI, degraded, with the listen retried.
+func serveMetrics(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, m *metrics.Metrics, h *health, logger *logrus.Logger) {
 	if m == nil {
-		return nil
-	}
-	l, err := metrics.Listen(cfg.MetricsAddress)
-	if err != nil {
-		return err
+		return
 	}
 	log := logger.WithField("component", "metrics")
 	wg.Go(func() {
+		var l net.Listener
+		if !retryUntil(ctx, h, "metrics", func() (err error) { l, err = metrics.Listen(cfg.MetricsAddress); return err }) {
+			return
+		}
 		if err := metrics.Serve(ctx, l, m.Handler(), log); err != nil {
 			log.WithError(err).Error("metrics server stopped")
+			h.Set("metrics", "server stopped: "+err.Error())
 		}
 	})
-	return nil
 }
 
-// serveAdmin listens on the admin socket, when there is one, and serves
-// `cri-guard status` until ctx ends (a goroutine of wg).
-func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g guardParts, rt *runtimeproxy.Client, kc *kube.Client, logger *logrus.Logger) error {
+// serveAdmin serves `cri-guard status` on the admin socket, when there is
+// one, until ctx ends (goroutines of wg); like the metrics, a socket that
+// cannot be opened is retried while the CRI socket serves.
+func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g guardParts, rt *runtimeproxy.Client, kc *lateKube, h *health, logger *logrus.Logger) {
 	if cfg.AdminSocket == "" {
-		return nil
-	}
-	l, err := admin.Listen(cfg.AdminSocket)
-	if err != nil {
-		return err
+		return
 	}
 	src := admin.Sources{
 		Version: version, DryRun: cfg.DryRun, Snapshot: g.ev.Snapshot, Pods: g.loop.Pods, Degraded: g.loop.Degraded,
+		Problems: h.Problems,
 		Runtime: func() admin.Runtime {
 			st := rt.State()
 			return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
@@ -97,17 +197,25 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 	}
 	if kc != nil {
 		src.API = func() admin.API {
-			st := kc.State()
+			c := kc.client()
+			if c == nil {
+				return admin.API{Node: cfg.Kubernetes.NodeName, LastError: "not connected: " + kc.reason()}
+			}
+			st := c.State()
 			return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
 				Taint: st.Taint, Unreported: st.Unreported}
 		}
 	}
 	log := logger.WithField("component", "admin")
 	wg.Go(func() {
-		h := admin.Handler(func() admin.Status { return admin.Build(src) })
-		if err := admin.Serve(ctx, l, h, log); err != nil {
+		var l net.Listener
+		if !retryUntil(ctx, h, "admin socket", func() (err error) { l, err = admin.Listen(cfg.AdminSocket); return err }) {
+			return
+		}
+		hd := admin.Handler(func() admin.Status { return admin.Build(src) })
+		if err := admin.Serve(ctx, l, hd, log); err != nil {
 			log.WithError(err).Error("admin server stopped")
+			h.Set("admin socket", "server stopped: "+err.Error())
 		}
 	})
-	return nil
 }

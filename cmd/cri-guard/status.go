@@ -79,6 +79,9 @@ func printStatus(out io.Writer, st admin.Status) error {
 	if st.Degraded != "" {
 		fmt.Fprintf(w, "DEGRADED:\trestore not finished (retrying): %s\n", st.Degraded)
 	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(w, "DEGRADED:\t%s\n", p)
+	}
 	if a := st.API; a != nil {
 		api := "connected"
 		switch {
