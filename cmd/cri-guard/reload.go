@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
