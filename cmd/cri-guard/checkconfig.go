@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"slices"
 	"strings"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cri-guard/cri-guard/config"
@@ -62,14 +66,44 @@ func checkConfigFile(path string, nodeCheck bool, warn io.Writer) (config.Config
 	if err != nil {
 		return cfg, problemLines(err, path)
 	}
-	if !nodeCheck {
-		return cfg, nil
+	if b, err := os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) == 0 {
+		fmt.Fprintf(warn, "%s: warning: the file is empty: every setting has its default\n", path)
 	}
-	problems, err := firingHardThresholds(cfg)
+	problems := kubeconfigProblems(cfg, path, warn)
+	if !nodeCheck {
+		return cfg, problems
+	}
+	fired, err := firingHardThresholds(cfg)
 	if err != nil {
 		fmt.Fprintf(warn, "%s: warning: node check skipped: %v\n", path, err)
 	}
-	return cfg, problems
+	return cfg, append(problems, fired...)
+}
+
+// kubeconfigProblems checks the kubeconfigs the config names: one that
+// exists must load (a file that does not is an operator's mistake that the
+// daemon could only retry forever); one that does not exist yet is a
+// warning only, as on a node that joins the kubelet writes its kubeconfig
+// after its TLS bootstrap, and cri-guard waits for it while it serves.
+func kubeconfigProblems(cfg config.Config, path string, warn io.Writer) []string {
+	var problems []string
+	check := func(field, file string) {
+		if file == "" {
+			return
+		}
+		if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+			fmt.Fprintf(warn, "%s: warning: %s: %q does not exist yet: cri-guard serves CRI-only until it does\n", path, field, file)
+			return
+		}
+		if _, err := clientcmd.LoadFromFile(file); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", field, err))
+		}
+	}
+	check("kubernetes.kubeconfig", cfg.Kubernetes.Kubeconfig)
+	if cfg.Kubernetes.Taint.Enabled {
+		check("kubernetes.taint.kubeconfig", cfg.Kubernetes.Taint.Kubeconfig)
+	}
+	return problems
 }
 
 // problemLines flattens config errors into one line per problem, sorted so

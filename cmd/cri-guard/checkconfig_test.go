@@ -146,3 +146,38 @@ func TestHumanBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckConfigKubeconfig: a kubeconfig the config names that exists and
+// does not load fails the check (the daemon would only retry it forever);
+// one not written yet (a joining node's) passes with a warning, since the
+// daemon serves CRI-only until it appears. An empty file passes with a
+// warning.
+func TestCheckConfigKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	broken := writeFile(t, filepath.Join(dir, "broken.conf"), "clusters: [not, a, kubeconfig\n")
+	good := writeFile(t, filepath.Join(dir, "good.conf"), "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n")
+	tests := []struct {
+		name, file string
+		wantCode   int
+		wantErr    string
+	}{
+		{"missing kubeconfig warns", "kubernetes: {kubeconfig: " + filepath.Join(dir, "later.conf") + "}\n", 0, "does not exist yet"},
+		{"broken kubeconfig fails", "kubernetes: {kubeconfig: " + broken + "}\n", 1, "kubernetes.kubeconfig:"},
+		{"broken taint kubeconfig fails", "kubernetes: {kubeconfig: " + good + ", taint: {enabled: true, kubeconfig: " + broken + "}}\n", 1, "kubernetes.taint.kubeconfig:"},
+		{"good kubeconfig", "kubernetes: {kubeconfig: " + good + "}\n", 0, ""},
+		{"empty file warns", "\n", 0, "the file is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, filepath.Join(t.TempDir(), "config.yaml"), tt.file)
+			var stdout, stderr bytes.Buffer
+			code := realMain([]string{"check-config", "--skip-node-check", path}, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tt.wantCode, stderr.String())
+			}
+			if tt.wantErr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), tt.wantErr) {
+				t.Errorf("stderr %q, want %q", stderr.String(), tt.wantErr)
+			}
+		})
+	}
+}
