@@ -44,6 +44,7 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
+	l.bound.take(l.now())
 	f := &inFlight{e: e, sandboxID: cur.SandboxID, wsAtStart: -1}
 	if ws, ok := l.ev.PodWorkingSet(cur); ok {
 		f.wsAtStart = ws

@@ -99,6 +99,21 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		}
 		overlap = true
 	}
+	if !l.bound.allow(l.now()) {
+		// the rate bound holds further evictions back: conditions and
+		// admission still follow the pressure
+		l.ev.Observe()
+		if l.bound.limited.IsZero() {
+			l.bound.limited = l.now()
+			l.log.WithField("burst", evictionBurst).WithField("refill", evictionRefill).
+				Warn("eviction rate bound reached: the next eviction waits for it")
+		}
+		return
+	}
+	if !l.bound.limited.IsZero() {
+		l.log.WithField("held_back_for", l.now().Sub(l.bound.limited).Round(time.Millisecond)).Info("eviction rate bound no longer holds evictions back")
+		l.bound.limited = time.Time{}
+	}
 	if e := l.nextRefused(); e != nil && !overlap {
 		// restored pods that admission refused at start-up come first (the
 		// kubelet rejects them when it starts), evictionSpacing apart

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -118,5 +119,51 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	}
 	if !slices.Equal(kinds, []evictor.Kind{evictor.KindGraceCut, evictor.KindEvict}) {
 		t.Fatalf("decisions = %v, want the grace cut, then the eviction", kinds)
+	}
+}
+
+// TestEvictionRateBound: however often passes come and whatever the
+// signals say, at most evictionBurst evictions start at once and, past
+// them, one per evictionRefill. Ten pods on a node a moment from OOM that
+// evictions do not relieve (memory held outside the pods): passes 10 ms
+// apart, each allowed to evict at once, stop eight, then the ninth after
+// the refill.
+func TestEvictionRateBound(t *testing.T) {
+	rt := newFakeRuntime()
+	const pods = 10
+	for i := range pods {
+		rt.addSandbox(fmt.Sprintf("s%d", i), fmt.Sprintf("p%d", i), 0, true, time.Unix(int64(i+1), 0))
+	}
+	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h.sampler.set(256 << 20) // under half of the 1Gi threshold: no spacing at all
+	ctx := context.Background()
+	clock := time.Unix(5000, 0)
+	h.loop.now = func() time.Time { return clock }
+	evictions := func() int {
+		n := 0
+		for _, k := range h.kinds() {
+			if k == evictor.KindEvict {
+				n++
+			}
+		}
+		return n
+	}
+	for range 40 {
+		if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, passFastPoll) }); err != nil {
+			t.Fatal(err)
+		}
+		h.settled(t)
+		clock = clock.Add(10 * time.Millisecond)
+	}
+	if n := evictions(); n != evictionBurst {
+		t.Fatalf("evictions in 400 ms of passes = %d, want the burst of %d", n, evictionBurst)
+	}
+	clock = clock.Add(evictionRefill)
+	if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, passFastPoll) }); err != nil {
+		t.Fatal(err)
+	}
+	h.settled(t)
+	if n := evictions(); n != evictionBurst+1 {
+		t.Fatalf("evictions after one refill = %d, want %d", n, evictionBurst+1)
 	}
 }

@@ -159,6 +159,7 @@ type Loop struct {
 	refused     []*evictor.Eviction  // restored pods refused at start-up, to evict first
 	inflight    []*inFlight          // the evictions whose stop is under way
 	lastEvicted time.Time            // when the last eviction's stop returned
+	bound       rateBound            // evictions started, against evictionBurst and evictionRefill
 	passErr     string               // the error of the last eviction pass, if it failed
 	lastFailed  bool                 // the last eviction's stop failed: the next waits evictionSpacing
 	lastResync  time.Time            // when housekeeping last started a listing of the runtime's sandboxes
@@ -199,6 +200,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 	return &Loop{
 		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, log: o.Log, now: o.Now, wdog: o.Watchdog,
 		api: o.API, report: o.Reporter,
+		bound:     newRateBound(),
 		updates:   make(chan func()),
 		trigger:   make(chan struct{}, 1),
 		notify:    make(chan struct{}, 1),
