@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,88 @@ func TestSystemdUnitsVerify(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSystemdUnitSecurity: systemd-analyze rates the shipped unit's
+// exposure at 3.0 or better (--threshold=30 makes it exit non-zero above),
+// so that a hardening line cannot be dropped unnoticed.
+func TestSystemdUnitSecurity(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (apt-get install systemd)")
+	}
+	unit, err := os.ReadFile(filepath.Join(contribDir, "systemd", "cri-guard.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "cri-guard.service")
+	if err := os.WriteFile(p, unit, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(analyze, "security", "--offline=true", "--threshold=30", "--no-pager", p)
+	cmd.Env = append(os.Environ(), "SYSTEMD_UNIT_PATH="+dir+":", "SYSTEMD_LOG_COLOR=0", "SYSTEMD_COLORS=0")
+	out, err := cmd.CombinedOutput()
+	var overall string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "Overall exposure level") {
+			overall = strings.TrimSpace(line)
+		}
+	}
+	if overall == "" {
+		t.Fatalf("systemd-analyze security printed no overall exposure (%v):\n%s", err, out)
+	}
+	if err != nil {
+		t.Fatalf("%s: over the threshold of 3.0 (%v):\n%s", overall, err, out)
+	}
+	t.Log(overall)
+}
+
+// TestSystemdUnitContainerdDependency: the unit Wants= containerd and is
+// ordered After= it, and does not Require= (nor BindsTo= or PartOf=) it: a
+// restart of containerd must not restart cri-guard, whose runtime connection
+// reconnects by itself.
+func TestSystemdUnitContainerdDependency(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(contribDir, "systemd", "cri-guard.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := unitSection(string(unit), "Unit")
+	has := func(key string) bool {
+		for _, v := range deps[key] {
+			if slices.Contains(strings.Fields(v), "containerd.service") {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("Wants") || !has("After") {
+		t.Errorf("[Unit] Wants=%q After=%q: want containerd.service in both", deps["Wants"], deps["After"])
+	}
+	for _, k := range []string{"Requires", "Requisite", "BindsTo", "PartOf"} {
+		if has(k) {
+			t.Errorf("[Unit] %s=%q: a restart or stop of containerd would restart or stop cri-guard", k, deps[k])
+		}
+	}
+}
+
+// unitSection returns the KEY=VALUE lines of one [section] of a unit file.
+func unitSection(unit, section string) map[string][]string {
+	out := map[string][]string{}
+	in := false
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "["):
+			in = line == "["+section+"]"
+		case in:
+			if k, v, ok := strings.Cut(line, "="); ok {
+				out[strings.TrimSpace(k)] = append(out[strings.TrimSpace(k)], strings.TrimSpace(v))
+			}
+		}
+	}
+	return out
 }
 
 // TestContribRBAC: the taint's RBAC manifest is YAML of the objects the
