@@ -7,8 +7,12 @@
 #   /usr/share/cri-guard/kubelet.service.d/10-cri-guard.conf
 #                                            the kubelet drop-in, opt-in: copy it to
 #                                            /etc/systemd/system/kubelet.service.d/
-#   postinst enables and starts the service (restarts it on upgrade), prerm stops
-#   it on removal, postrm purge removes /var/lib/cri-guard and /etc/cri-guard.
+#   postinst checks /etc/cri-guard/config.yaml with the new binary (check-config;
+#   a rejected config fails the installation and leaves a running cri-guard
+#   alone), then enables and starts the service (restarts it on upgrade); prerm
+#   stops it on removal, and refuses the removal while a kubelet drop-in names
+#   cri-guard's socket (CRI_GUARD_FORCE_REMOVE=1 overrides); postrm purge
+#   removes /var/lib/cri-guard and /etc/cri-guard.
 set -euo pipefail
 bin=$1 version=$2 out=$3
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
