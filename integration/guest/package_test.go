@@ -10,7 +10,9 @@ import (
 
 // TestGuestPackage: an upgrade of the .deb restarts cri-guard and nothing
 // else (the kubelet's drop-in Wants= it), keeps the state and the operator's
-// config; a purge leaves nothing behind.
+// config; an upgrade whose new binary rejects the config fails and leaves the
+// running cri-guard serving; a removal is refused while the kubelet's drop-in
+// points it at cri-guard; a purge (forced) leaves nothing behind.
 func TestGuestPackage(t *testing.T) {
 	needGuest(t)
 	t.Run("upgrade", func(t *testing.T) {
@@ -24,6 +26,26 @@ func TestGuestPackage(t *testing.T) {
 		}
 		if r.get("restore") == "" {
 			t.Error("the upgraded cri-guard logged no restore")
+		}
+	})
+	t.Run("upgrade-rejected", func(t *testing.T) {
+		r := runScript(t, 5*time.Minute, "package.sh", "upgrade-rejected")
+		expect(t, r, map[string]string{
+			"problem_named": "1", "db_status": "half-configured", "same_pid": "yes", "active": "active", "cri": "ok",
+			"configured_status": "installed", "configured_active": "active", "configured_restarted": "yes",
+		})
+		if r.get("dpkg_exit") == "0" || r.get("dpkg_exit") == "" {
+			t.Errorf("dpkg -i with a rejected config: exit %q, want a failure", r.get("dpkg_exit"))
+		}
+	})
+	t.Run("remove-refused", func(t *testing.T) {
+		r := runScript(t, 5*time.Minute, "package.sh", "remove-refused")
+		expect(t, r, map[string]string{
+			"refused": "1", "names_drop_in": "1", "db_status": "installed", "binary": "present",
+			"same_pid": "yes", "active": "active", "enabled": "enabled", "cri": "ok",
+		})
+		if r.get("dpkg_exit") == "0" || r.get("dpkg_exit") == "" {
+			t.Errorf("dpkg -r with the kubelet's drop-in installed: exit %q, want a failure", r.get("dpkg_exit"))
 		}
 	})
 	t.Run("purge", func(t *testing.T) {

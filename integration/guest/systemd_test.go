@@ -24,6 +24,34 @@ func TestGuestSystemd(t *testing.T) {
 		if n, _ := strconv.Atoi(r.get("metrics")); n == 0 {
 			t.Error("no cri_guard_ metrics served")
 		}
+		// The unit's rating here, as on the host (cmd/cri-guard's
+		// TestSystemdUnitSecurity rates the file offline).
+		if e, err := strconv.ParseFloat(r.get("exposure"), 64); err != nil || e > 3.0 {
+			t.Errorf("systemd-analyze security: exposure %q, want 3.0 or better", r.get("exposure"))
+		}
+		// PSI triggers with 1 s windows need CAP_SYS_RESOURCE: the pods
+		// cgroup's for this process, the node's for provision.sh's start
+		// before the kubelet made kubepods.slice.
+		if r.get("psi_cgroup_1s") == "0" || r.get("psi_cgroup_1s") == "" {
+			t.Error("no PSI trigger with a 1 s window armed on the pods cgroup's memory.pressure")
+		}
+		if r.get("psi_node_1s") == "0" || r.get("psi_node_1s") == "" {
+			t.Error("no PSI trigger with a 1 s window armed on /proc/pressure/memory in this boot")
+		}
+		expect(t, r, map[string]string{
+			"psi_widened": "0",
+			// CAP_KILL (5) and CAP_SYS_RESOURCE (24), nothing else
+			"cap_eff":        "0000000001000020",
+			"cgroup_mount":   "rw",
+			"proc_sys_mount": "ro",
+		})
+	})
+	t.Run("containerd-restart", func(t *testing.T) {
+		r := runScript(t, 5*time.Minute, "systemd.sh", "containerd-restart")
+		expect(t, r, map[string]string{
+			"containerd_restarted": "yes", "same_pid": "yes", "nrestarts": "0", "active": "active",
+			"runtime_name": "containerd", "runtime_connected": "true", "sandboxes_kept": "yes",
+		})
 	})
 	t.Run("ready-after-restore", func(t *testing.T) {
 		r := runScript(t, 5*time.Minute, "systemd.sh", "ready")
