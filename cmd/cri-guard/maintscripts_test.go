@@ -239,3 +239,30 @@ func TestPrermRefusesRemovalWhileKubeletUsesIt(t *testing.T) {
 		})
 	}
 }
+
+// TestPostrmPurgeStaysInRoot: a purge removes the state, the configuration
+// and the enablement under DPKG_ROOT (dpkg --root with
+// --force-script-chrootless runs the script outside that root), and only
+// there.
+func TestPostrmPurgeStaysInRoot(t *testing.T) {
+	r := newMaintRoot(t, true)
+	r.write("var/lib/cri-guard/sandbox-1.json", "{}", 0o600)
+	r.write("run/cri-guard/admin.sock", "", 0o600)
+	r.write("etc/systemd/system/multi-user.target.wants/cri-guard.service", "", 0o644)
+	r.write("etc/systemd/system/kubelet.service", "", 0o644)
+	res := r.run("postrm", nil, "purge")
+	if res.code != 0 {
+		t.Fatalf("postrm purge: exit %d: %s", res.code, res.stderr)
+	}
+	for _, gone := range []string{"var/lib/cri-guard", "etc/cri-guard", "run/cri-guard", "etc/systemd/system/multi-user.target.wants/cri-guard.service"} {
+		if _, err := os.Lstat(filepath.Join(r.dir, gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("/%s left after the purge (%v)", gone, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "etc/systemd/system/kubelet.service")); err != nil {
+		t.Errorf("the purge removed what is not cri-guard's: %v", err)
+	}
+	if want := []string{"daemon-reload"}; !slices.Equal(res.systemctl, want) {
+		t.Errorf("systemctl calls %q, want %q", res.systemctl, want)
+	}
+}
