@@ -215,11 +215,27 @@ func TestHandler(t *testing.T) {
 	}
 }
 
+// BenchmarkObserve is the per-call cost the server pays for metrics: a
+// known method, a known method that failed, and a method no CRI service has.
 func BenchmarkObserve(b *testing.B) {
-	m := New()
-	b.ReportAllocs()
-	for b.Loop() {
-		m.Observe(versionMethod, time.Millisecond, nil)
+	failed := status.Error(codes.NotFound, "no such container")
+	for _, c := range []struct {
+		name   string
+		method string
+		err    error
+	}{
+		{"known", versionMethod, nil},
+		{"known-error", versionMethod, failed},
+		{"unknown", "/runtime.v1.RuntimeService/NoSuchMethod", nil},
+		{"unknown-error", "/runtime.v1.RuntimeService/NoSuchMethod", failed},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := New()
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Observe(c.method, time.Millisecond, c.err)
+			}
+		})
 	}
 }
 
