@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,9 +30,11 @@ type Metrics struct {
 	checkpointOps *prometheus.CounterVec
 	apiWrites     *prometheus.CounterVec
 
-	// methods maps a full method name to its histogram child, built once
-	// per method so that the hot path does no label lookup.
-	methods sync.Map // string → prometheus.Observer
+	// methods maps the full name of each known CRI method to its series,
+	// made in New; other is the series of every other method (see
+	// OtherMethod). Read-only after New: the hot path does one map lookup.
+	methods map[string]*methodSeries
+	other   *methodSeries
 }
 
 // criBuckets spans a fast pass-through (100µs) to slow image pulls (~1m).
@@ -46,12 +47,12 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		criDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "cri_request_duration_seconds",
-			Help:    "Duration of CRI calls served to the kubelet, by full gRPC method, as seen by cri-guard.",
+			Help:    "Duration of CRI calls served to the kubelet, by full gRPC method (\"other\" for a method that is not a known CRI method), as seen by cri-guard.",
 			Buckets: criBuckets,
 		}, []string{"method"}),
 		criErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "cri_request_errors_total",
-			Help: "CRI calls that ended with an error, by full gRPC method and status code.",
+			Help: "CRI calls that ended with an error, by full gRPC method (\"other\" for a method that is not a known CRI method) and status code.",
 		}, []string{"method", "code"}),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "admissions_total",
@@ -93,6 +94,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.criDuration, m.criErrors, m.admissions, m.evictions, m.dryRun,
 		m.evictFailures, m.graceCuts, m.unable, m.statsErrors, m.checkpointOps, m.apiWrites,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.newMethodTable()
 	for _, op := range []string{opPut, opList, opDelete} {
 		for _, r := range []string{resultOK, resultError} {
 			m.checkpointOps.WithLabelValues(op, r)
@@ -105,20 +107,14 @@ func New() *Metrics {
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Observe records one CRI call (server.Observer): its duration, and when
-// err is not nil its status code.
+// err is not nil its status code, under the method's name when it is a
+// known CRI method and under OtherMethod otherwise.
 func (m *Metrics) Observe(method string, d time.Duration, err error) {
-	m.methodObserver(method).Observe(d.Seconds())
+	s := m.series(method)
+	m.durationObserver(s).Observe(d.Seconds())
 	if err != nil {
-		m.criErrors.WithLabelValues(method, status.Code(err).String()).Inc()
+		m.errorCounter(s, status.Code(err)).Inc()
 	}
-}
-
-func (m *Metrics) methodObserver(method string) prometheus.Observer {
-	if o, ok := m.methods.Load(method); ok {
-		return o.(prometheus.Observer)
-	}
-	o, _ := m.methods.LoadOrStore(method, m.criDuration.WithLabelValues(method))
-	return o.(prometheus.Observer)
 }
 
 // APIWrite counts one write to the API server (kube.Observer).

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -25,7 +27,7 @@ func TestObserve(t *testing.T) {
 	m.Observe(versionMethod, 3*time.Millisecond, status.Error(codes.Unavailable, "down"))
 	m.Observe("/runtime.v1.RuntimeService/Status", time.Millisecond, errors.New("plain"))
 	want := `
-# HELP cri_guard_cri_request_errors_total CRI calls that ended with an error, by full gRPC method and status code.
+# HELP cri_guard_cri_request_errors_total CRI calls that ended with an error, by full gRPC method ("other" for a method that is not a known CRI method) and status code.
 # TYPE cri_guard_cri_request_errors_total counter
 cri_guard_cri_request_errors_total{code="Unavailable",method="/runtime.v1.RuntimeService/Version"} 1
 cri_guard_cri_request_errors_total{code="Unknown",method="/runtime.v1.RuntimeService/Status"} 1
@@ -46,6 +48,62 @@ cri_guard_cri_request_errors_total{code="Unknown",method="/runtime.v1.RuntimeSer
 	}
 	if counts[versionMethod] != 2 || counts["/runtime.v1.RuntimeService/Status"] != 1 {
 		t.Errorf("histogram sample counts %v", counts)
+	}
+}
+
+// TestObserveUnknownMethods: the method label comes from the client, so
+// methods that are not known CRI methods share one "other" series, errors
+// included, however many names are sent; known methods (unary and
+// streaming, of both services) keep their own.
+func TestObserveUnknownMethods(t *testing.T) {
+	const unknown = 2000
+	m := New()
+	for i := range unknown {
+		var err error
+		if i%2 == 0 {
+			err = status.Error(codes.Unimplemented, "unknown method")
+		}
+		m.Observe(fmt.Sprintf("/runtime.v1.RuntimeService/Made%05d", i), time.Millisecond, err)
+	}
+	known := []string{
+		versionMethod,
+		"/runtime.v1.RuntimeService/GetContainerEvents",
+		"/runtime.v1.ImageService/PullImage",
+	}
+	for _, method := range known {
+		m.Observe(method, time.Millisecond, status.Error(codes.NotFound, "gone"))
+	}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	durations := map[string]uint64{}
+	errs := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range mt.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch mf.GetName() {
+			case "cri_guard_cri_request_duration_seconds":
+				durations[labels["method"]] = mt.GetHistogram().GetSampleCount()
+			case "cri_guard_cri_request_errors_total":
+				errs[labels["method"]+" "+labels["code"]] = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	wantDurations := map[string]uint64{"other": unknown}
+	wantErrs := map[string]float64{"other Unimplemented": unknown / 2}
+	for _, method := range known {
+		wantDurations[method] = 1
+		wantErrs[method+" NotFound"] = 1
+	}
+	if !maps.Equal(durations, wantDurations) {
+		t.Errorf("histogram sample counts by method %v, want %v", durations, wantDurations)
+	}
+	if !maps.Equal(errs, wantErrs) {
+		t.Errorf("error counts by method and code %v, want %v", errs, wantErrs)
 	}
 }
 
