@@ -19,9 +19,10 @@
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
 // What one client can hold is bounded (see the Default* constants): streams
-// per connection, connections at once, idle connections, ping rate and the
-// handshake time, so that a flood on the socket cannot take cri-guard's
-// memory or descriptors from the kubelet.
+// per connection, connections at once and per peer (by SO_PEERCRED, see
+// listener.go), idle connections, ping rate and the handshake time, so that
+// a flood on the socket cannot take cri-guard's memory or descriptors, or
+// its connections, from the kubelet.
 //
 // The server may import runtimeproxy, pod and internal/unixsock (the socket
 // rules it shares with the admin socket); it must not import the sync

@@ -41,14 +41,19 @@ func dialRaw(t *testing.T, path string) *rawConn {
 // handshake sends the client preface and an empty SETTINGS frame.
 func (rc *rawConn) handshake(t *testing.T) {
 	t.Helper()
+	if err := rc.tryHandshake(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryHandshake is handshake returning the error.
+func (rc *rawConn) tryHandshake() error {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if _, err := io.WriteString(rc.c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if err := rc.fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	return rc.fr.WriteSettings()
 }
 
 // callHeaders is the HPACK block of a gRPC call to method.
@@ -236,7 +241,9 @@ func TestIdleConnectionsClosed(t *testing.T) {
 }
 
 // TestConnectionCap: at most MaxConnections connections are served at once;
-// more wait (the server does not even send its SETTINGS) until one closes.
+// more from the same peer are closed at once (no SETTINGS, EOF) rather
+// than left waiting in the kernel's queue; once served ones close, new
+// connections are served again.
 func TestConnectionCap(t *testing.T) {
 	const (
 		maxConns = 8
@@ -244,37 +251,61 @@ func TestConnectionCap(t *testing.T) {
 	)
 	e := newEnvCfg(t, nil, func(cfg *Config, _ *runtimeproxy.Client) { cfg.MaxConnections = maxConns })
 	// the env's own clients connect lazily; keep them out of the count
-	rcs := make([]*rawConn, conns)
-	fcs := make([]frameCounts, conns)
+	dial := func(n int) ([]*rawConn, []frameCounts, []chan struct{}) {
+		rcs := make([]*rawConn, n)
+		fcs := make([]frameCounts, n)
+		dones := make([]chan struct{}, n)
+		for i := range n {
+			rcs[i] = dialRaw(t, socketPath(e))
+			// a refused connection may be closed before the preface is written
+			_ = rcs[i].tryHandshake()
+			dones[i] = rcs[i].readLoop(&fcs[i])
+		}
+		return rcs, fcs, dones
+	}
+	rcs, fcs, dones := dial(conns)
+	var served, closed []int
 	for i := range conns {
-		rcs[i] = dialRaw(t, socketPath(e))
-		rcs[i].handshake(t)
-		rcs[i].readLoop(&fcs[i])
-	}
-	served := func() (n int) {
-		for i := range fcs {
-			if fcs[i].settings.Load() > 0 {
-				n++
+		if !waitFor(10*time.Second, func() bool {
+			select {
+			case <-dones[i]:
+				return true
+			default:
+				return fcs[i].settings.Load() > 0
 			}
+		}) {
+			t.Fatalf("connection %d neither served nor closed within 10s", i)
 		}
-		return n
-	}
-	waitFor(2*time.Second, func() bool { return served() > maxConns })
-	if n := served(); n != maxConns {
-		t.Fatalf("%d of %d connections served, cap %d", n, conns, maxConns)
-	}
-	// the served ones, chosen before any is closed: a closed one frees a
-	// slot at once, and the connection served next must stay open
-	var first []int
-	for i := range rcs {
-		if fcs[i].settings.Load() > 0 {
-			first = append(first, i)
+		select {
+		case <-dones[i]:
+			closed = append(closed, i)
+		default:
+			served = append(served, i)
 		}
 	}
-	for _, i := range first {
+	if len(served) != maxConns || len(closed) != conns-maxConns {
+		t.Fatalf("%d of %d connections served and %d closed, cap %d", len(served), conns, len(closed), maxConns)
+	}
+	for _, i := range closed {
+		if fcs[i].settings.Load() != 0 {
+			t.Errorf("connection %d was sent SETTINGS before it was closed", i)
+		}
+	}
+	for _, i := range served {
 		_ = rcs[i].c.Close()
 	}
-	if !waitFor(5*time.Second, func() bool { return served() == 2*maxConns }) {
-		t.Errorf("%d connections served after %d closed, want %d", served(), maxConns, 2*maxConns)
+	if !waitFor(5*time.Second, func() bool { total, _ := e.srv.lis.(*peerListener).held(peerID{}); return total == 0 }) {
+		t.Fatal("places not freed after the served connections closed")
+	}
+	_, fcs, _ = dial(maxConns)
+	if !waitFor(5*time.Second, func() bool {
+		for i := range fcs {
+			if fcs[i].settings.Load() == 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Errorf("connections not served after %d closed", maxConns)
 	}
 }

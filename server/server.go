@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
@@ -29,9 +28,13 @@ const (
 	// connection costs (a goroutine and buffers per stream).
 	DefaultMaxConcurrentStreams = 1000
 	// DefaultMaxConnections caps the connections served at once on the CRI
-	// socket; more wait in the kernel's accept queue. The kubelet keeps two,
-	// crictl two per command, node agents a few.
+	// socket. The kubelet keeps two, crictl two per command, node agents a
+	// few. At the cap a newcomer holding fewer takes the place of the
+	// heaviest peer's newest connection (see listener.go).
 	DefaultMaxConnections = 1024
+	// DefaultMaxConnectionsPerPeer caps the connections of one peer: one
+	// process of root, or all the processes of a non-root uid.
+	DefaultMaxConnectionsPerPeer = 64
 	// DefaultMaxConnectionIdle closes (GOAWAY) a connection that had no
 	// open call for this long. The kubelet calls every second (PLEG
 	// relist) and gRPC reconnects transparently on the next call, so it
@@ -45,8 +48,12 @@ const (
 	keepaliveMinTime = 10 * time.Second
 	// connectionTimeout bounds the HTTP/2 handshake of a new connection
 	// (gRPC's default is 120s): a connection that never sends its preface
-	// does not hold a slot of MaxConnections for long.
-	connectionTimeout = 20 * time.Second
+	// does not hold a place for long. A gRPC client such as the kubelet's
+	// writes its preface and SETTINGS as soon as it is connected: a few
+	// dozen bytes, sent within milliseconds even on a loaded node. The
+	// handshake runs on the connection's own goroutine, so a slow one never
+	// holds up the next accept.
+	connectionTimeout = 5 * time.Second
 	// windowSize is the fixed HTTP/2 flow-control window (stream and
 	// connection). Fixed windows switch off BDP estimation pings.
 	windowSize = 1 << 20
@@ -71,6 +78,9 @@ type Config struct {
 	// MaxConnections caps the connections served at once; 0 means
 	// DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerPeer caps the connections of one peer (a process of
+	// root, or a non-root uid); 0 means DefaultMaxConnectionsPerPeer.
+	MaxConnectionsPerPeer int
 	// MaxConnectionIdle closes connections without calls for this long;
 	// 0 means DefaultMaxConnectionIdle.
 	MaxConnectionIdle time.Duration
@@ -140,6 +150,9 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
+	if cfg.MaxConnectionsPerPeer <= 0 {
+		cfg.MaxConnectionsPerPeer = DefaultMaxConnectionsPerPeer
+	}
 	if cfg.MaxConnectionIdle <= 0 {
 		cfg.MaxConnectionIdle = DefaultMaxConnectionIdle
 	}
@@ -172,14 +185,15 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 
 // Listen opens the unix socket (see listenUnix for the rules on what may
 // already be there). Calls are accepted from Serve on, on at most
-// MaxConnections connections at once.
+// MaxConnections connections at once and MaxConnectionsPerPeer of one peer
+// (see listener.go).
 func (s *Server) Listen() error {
 	l, err := listenUnix(s.cfg.Listen)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.lis = netutil.LimitListener(l, s.cfg.MaxConnections)
+	s.lis = newPeerListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerPeer, s.log)
 	s.mu.Unlock()
 	return nil
 }
