@@ -145,7 +145,7 @@ func shortDir(t *testing.T) string {
 
 func serve(t *testing.T, path string, src Sources) {
 	t.Helper()
-	l, err := Listen(path)
+	l, err := Listen(path, logrus.NewEntry(logrus.New()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func TestListen(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := Listen(tt.path)
+			l, err := Listen(tt.path, logrus.NewEntry(logrus.New()))
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

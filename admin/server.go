@@ -24,10 +24,12 @@ const (
 
 // Listen opens the admin unix socket at path with the rules of
 // unixsock.Listen (the CRI socket's): the directory is created with DirMode
-// when missing, a stale socket nobody listens on is replaced, anything else
-// at path is an error, and the socket gets SocketMode.
-func Listen(path string) (net.Listener, error) {
-	l, err := unixsock.Listen(path, DirMode, SocketMode)
+// when missing, an existing one must be root's or cri-guard's user's and is
+// made writable by them only (a warning on log says so), a stale socket
+// nobody listens on is replaced, anything else at path is an error, and
+// the socket gets SocketMode.
+func Listen(path string, log *logrus.Entry) (net.Listener, error) {
+	l, err := unixsock.Listen(path, DirMode, SocketMode, log)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}

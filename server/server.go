@@ -188,7 +188,7 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 // MaxConnections connections at once and MaxConnectionsPerPeer of one peer
 // (see listener.go).
 func (s *Server) Listen() error {
-	l, err := listenUnix(s.cfg.Listen)
+	l, err := listenUnix(s.cfg.Listen, s.log)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"io/fs"
 	"net"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/cri-guard/cri-guard/internal/unixsock"
 )
 
@@ -15,8 +17,9 @@ const (
 )
 
 // listenUnix listens on the CRI socket at path with the rules of
-// unixsock.Listen: a stale socket is replaced, a live one, a symlink or any
-// other file is refused.
-func listenUnix(path string) (net.Listener, error) {
-	return unixsock.Listen(path, socketDirMode, socketMode)
+// unixsock.Listen: the directory must be root's or cri-guard's user's and
+// is made writable by them only; a stale socket is replaced, a live one, a
+// symlink or any other file is refused.
+func listenUnix(path string, log *logrus.Entry) (net.Listener, error) {
+	return unixsock.Listen(path, socketDirMode, socketMode, log)
 }

@@ -12,7 +12,7 @@ import (
 func TestListenUnixModes(t *testing.T) {
 	dir := shortDir(t)
 	path := filepath.Join(dir, "run", "cri-guard", "s.sock")
-	l, err := listenUnix(path)
+	l, err := listenUnix(path, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestListenUnixExistingPath(t *testing.T) {
 				tt.prepare(t, path)
 			}
 			before, _ := os.Lstat(path)
-			l, err := listenUnix(path)
+			l, err := listenUnix(path, testLog())
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("listen: %v", err)

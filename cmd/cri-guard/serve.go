@@ -209,7 +209,7 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 	log := logger.WithField("component", "admin")
 	wg.Go(func() {
 		var l net.Listener
-		if !retryUntil(ctx, h, "admin socket", func() (err error) { l, err = admin.Listen(cfg.AdminSocket); return err }) {
+		if !retryUntil(ctx, h, "admin socket", func() (err error) { l, err = admin.Listen(cfg.AdminSocket, log); return err }) {
 			return
 		}
 		hd := admin.Handler(func() admin.Status { return admin.Build(src) })
