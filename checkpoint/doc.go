@@ -17,8 +17,13 @@
 // key included) nor the grace period's.
 //
 // One store per directory: New takes an exclusive flock on "<dir>/.lock"
-// (a second cri-guard on the same state directory is refused) and warns
-// when the directory is a symlink or writable by others. Close releases it.
+// (a second cri-guard on the same state directory is refused: ErrLocked)
+// and warns when the directory is a symlink or writable by others. Close
+// releases it. A directory that cannot be opened for any other reason (a
+// read-only file system, a path that cannot be created, a ".lock" that
+// cannot be opened) is not a reason to stop serving the kubelet:
+// OpenDeferred serves without it (ErrUnavailable) until a background
+// attempt opens it.
 //
 // Package checkpoint imports only the internal package pod.
 package checkpoint

@@ -104,4 +104,10 @@ var (
 	ErrCorrupt = errors.New("checkpoint corrupt")
 	// ErrInvalidKey: the pod UID or key cannot name a checkpoint file.
 	ErrInvalidKey = errors.New("invalid checkpoint key")
+	// ErrLocked: another process holds the state directory's lock (another
+	// cri-guard uses the directory).
+	ErrLocked = errors.New("lock held")
+	// ErrUnavailable: the state directory is not open (Deferred): nothing
+	// was written; the caller keeps the record and writes it again.
+	ErrUnavailable = errors.New("checkpoint store unavailable")
 )

@@ -90,23 +90,37 @@ func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
 	}
 	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lf.Close()
-		return nil, fmt.Errorf("lock checkpoint dir %q: %w (another cri-guard uses it)", dir, err)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("lock checkpoint dir %q: %w (another cri-guard uses it)", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("lock checkpoint dir %q: %w", dir, err)
 	}
 	s.lockf = lf
-	entries, err := os.ReadDir(dir)
+	if err := s.removeTemps(); err != nil {
+		// the lock goes with the failed store: a later New in this
+		// process would find it held (flock is per open file)
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// removeTemps removes the temp files left by interrupted writes.
+func (s *Store) removeTemps() error {
+	entries, err := os.ReadDir(s.dir)
 	if err != nil {
-		return nil, fmt.Errorf("read checkpoint dir %q: %w", dir, err)
+		return fmt.Errorf("read checkpoint dir %q: %w", s.dir, err)
 	}
 	for _, e := range entries {
 		if isTempFile(e.Name()) {
-			p := filepath.Join(dir, e.Name())
+			p := filepath.Join(s.dir, e.Name())
 			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("remove stale temp file %q: %w", p, err)
+				return fmt.Errorf("remove stale temp file %q: %w", p, err)
 			}
 			s.log.WithField("path", p).Info("removed stale checkpoint temp file")
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // Dir returns the checkpoint directory.
