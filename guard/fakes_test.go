@@ -250,6 +250,8 @@ type memStore struct {
 	// state disk whose fsync takes seconds)
 	slow chan struct{}
 	puts []checkpoint.Record // every Put, in order
+	// attempts counts every Put, failed or not
+	attempts int
 }
 
 // hold makes every Put and Delete wait until the returned func is called
@@ -285,6 +287,7 @@ func (s *memStore) Put(r checkpoint.Record) error {
 	s.wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.attempts++
 	if s.err != nil {
 		return s.err
 	}

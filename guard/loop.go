@@ -150,12 +150,15 @@ type Loop struct {
 
 	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
+	unsavedState atomic.Pointer[UnsavedState] // the records in memory only (publishUnsaved)
+
 	w *writer // makes records durable off the loop
 
 	// owned by the loop goroutine
 	pods        map[string]*pod.Pod  // by pod key
 	writing     map[string]uint64    // pod keys with a write under way: its sequence number
 	unsaved     map[string]bool      // pod keys whose last checkpoint write failed
+	retry       saveRetry            // the pace of their writes
 	refused     []*evictor.Eviction  // restored pods refused at start-up, to evict first
 	inflight    []*inFlight          // the evictions whose stop is under way
 	lastEvicted time.Time            // when the last eviction's stop returned

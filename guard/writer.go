@@ -2,8 +2,11 @@ package guard
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -210,12 +213,18 @@ func (l *Loop) drop(key string) {
 
 // recordWrites records the outcomes of the writer's writes (loop
 // goroutine); only the last write of a record counts. A failed write is
-// logged once and counted (checkpoint_operations_total), the record stays
-// in memory, and housekeeping writes it again until it succeeds
-// (retryUnsaved): what the record guards (the re-admission guard is in the
-// evictor's memory) holds meanwhile.
+// counted (checkpoint_operations_total), the record stays in memory, and
+// housekeeping writes it again with back-off until it succeeds
+// (retryUnsaved): what the record guards (the re-admission guard is in
+// the evictor's memory) holds meanwhile. The first failure after all
+// records were written is logged as an error, the others at debug (a full
+// disk fails every record), and one line says when all are written again.
 func (l *Loop) recordWrites() {
+	roundDone := false
 	for _, o := range l.w.take() {
+		if l.retry.outcome(o) {
+			roundDone = true
+		}
 		if l.writing[o.key] != o.seq {
 			continue // a later write of the record is under way
 		}
@@ -230,30 +239,174 @@ func (l *Loop) recordWrites() {
 				l.log.WithError(o.err).WithFields(fields).Warn("cannot delete checkpoint")
 			}
 		case o.err != nil:
-			if !l.unsaved[o.key] {
-				l.log.WithError(o.err).WithFields(fields).Error("cannot write checkpoint: kept in memory, written again on each housekeeping pass")
+			log := l.log.WithError(o.err).WithFields(fields)
+			if l.retry.since.IsZero() {
+				l.retry.since = l.now()
+				log.Error("cannot write checkpoint: kept in memory, written again with back-off; later failures are logged at debug level until all are written")
+			} else {
+				log.Debug("cannot write checkpoint")
 			}
+			l.retry.lastErr = o.err
 			l.unsaved[o.key] = true
-		case l.unsaved[o.key]:
-			delete(l.unsaved, o.key)
-			l.log.WithFields(fields).Info("checkpoint written after earlier failures")
+		default:
+			if l.unsaved[o.key] {
+				delete(l.unsaved, o.key)
+				l.log.WithFields(fields).Debug("checkpoint written after earlier failures")
+			}
+			if len(l.unsaved) > 0 && len(l.retry.round) == 0 {
+				// the disk takes writes again: probe at the next pass
+				// rather than after the back-off
+				l.retry.next = time.Time{}
+			}
 		}
 	}
+	if roundDone {
+		l.retry.roundDone(l.now(), l.retryBase())
+		if l.retry.bulk {
+			l.retryUnsaved() // the probe was written: the rest at once
+		}
+	}
+	l.publishUnsaved()
 }
 
-// retryUnsaved writes again the records whose last write failed (loop
-// goroutine).
-func (l *Loop) retryUnsaved() {
-	for key := range l.unsaved {
-		p, ok := l.pods[key]
-		if !ok {
-			delete(l.unsaved, key) // gone meanwhile: nothing to write
-			continue
+// retrySaveMax is the longest a record whose write failed waits for its
+// next attempt.
+const retrySaveMax = 5 * time.Minute
+
+// retryBase is the back-off after the first failed retry: a housekeeping
+// interval.
+func (l *Loop) retryBase() time.Duration {
+	return min(l.cfg.HousekeepingInterval, retrySaveMax)
+}
+
+// saveRetry paces the writes of the records whose last write failed (loop
+// goroutine). While writes fail, one record is written again per round (a
+// probe, the first at the next housekeeping pass), and the rounds are
+// spaced by a delay that doubles from a housekeeping interval up to
+// retrySaveMax, jittered: a full disk costs a write now and then, not one
+// per record per pass. A round written whole lets the rest be written at
+// once; any write that succeeds brings the next probe to the next pass.
+// A store that is not open (checkpoint.ErrUnavailable: no I/O done) is
+// probed every pass, so its records are written as soon as it opens.
+type saveRetry struct {
+	delay   time.Duration     // the back-off after the last failed round
+	next    time.Time         // no round before
+	bulk    bool              // the last round was written whole: the next writes every unsaved record
+	round   map[string]uint64 // the writes of the round under way, by key: their sequence numbers
+	failed  bool              // a write of the round under way failed
+	notOpen bool              // ... with checkpoint.ErrUnavailable
+	lastErr error             // the last write error
+	since   time.Time         // the first failure since all records were last written
+}
+
+// outcome takes o into the round under way; true when it completes the
+// round.
+func (r *saveRetry) outcome(o written) bool {
+	seq, ok := r.round[o.key]
+	if !ok || o.seq < seq {
+		return false
+	}
+	delete(r.round, o.key) // this write, or a later one of the record
+	if o.err != nil && !o.del {
+		r.failed = true
+		r.notOpen = r.notOpen || errors.Is(o.err, checkpoint.ErrUnavailable)
+	}
+	return len(r.round) == 0
+}
+
+// roundDone sets the pace after a round: written whole, the rest go at
+// once; else the next round waits the back-off.
+func (r *saveRetry) roundDone(now time.Time, base time.Duration) {
+	r.bulk = !r.failed
+	switch {
+	case !r.failed:
+	case r.notOpen:
+		r.next = time.Time{} // nothing was written: costs nothing to try again
+	default:
+		if r.delay == 0 {
+			r.delay = base
+		} else {
+			r.delay = min(2*r.delay, retrySaveMax)
 		}
-		if _, busy := l.writing[key]; !busy {
-			l.save(p)
+		// ±20 %: the nodes of a cluster whose shared storage filled up
+		// at once do not retry in step
+		r.next = now.Add(r.delay*4/5 + rand.N(r.delay*2/5+1))
+	}
+	r.failed, r.notOpen = false, false
+}
+
+// retryUnsaved writes again the records whose last write failed, paced by
+// saveRetry (loop goroutine).
+func (l *Loop) retryUnsaved() {
+	r := &l.retry
+	for key := range l.unsaved {
+		if _, ok := l.pods[key]; !ok {
+			delete(l.unsaved, key) // gone meanwhile: nothing to write
 		}
 	}
+	if len(l.unsaved) == 0 {
+		if !r.since.IsZero() {
+			l.log.WithField("failing_for", l.now().Sub(r.since).Round(time.Second).String()).Info("all checkpoints written after earlier failures")
+		}
+		*r = saveRetry{}
+		l.publishUnsaved()
+		return
+	}
+	if len(r.round) > 0 || (!r.bulk && l.now().Before(r.next)) {
+		return // a round under way, or backing off
+	}
+	if r.round == nil {
+		r.round = map[string]uint64{}
+	}
+	for key := range l.unsaved {
+		if _, busy := l.writing[key]; busy {
+			continue // the write under way says how it went
+		}
+		l.save(l.pods[key])
+		r.round[key] = l.writing[key]
+		if !r.bulk {
+			break // the probe
+		}
+	}
+	r.bulk = false
+	l.publishUnsaved()
+}
+
+// UnsavedState says which records are in memory only: their last write
+// failed.
+type UnsavedState struct {
+	// Records counts them.
+	Records int
+	// LastError is the last write error, Since when writes began to fail
+	// (zero once all records are written).
+	LastError string
+	Since     time.Time
+	// NextRetry is when they are written again, if later than the next
+	// housekeeping pass.
+	NextRetry time.Time
+}
+
+// publishUnsaved refreshes what Unsaved returns (loop goroutine).
+func (l *Loop) publishUnsaved() {
+	st := UnsavedState{Records: len(l.unsaved)}
+	if st.Records > 0 {
+		st.Since = l.retry.since
+		if l.retry.lastErr != nil {
+			st.LastError = l.retry.lastErr.Error()
+		}
+		if l.retry.next.After(l.now()) {
+			st.NextRetry = l.retry.next
+		}
+	}
+	l.unsavedState.Store(&st)
+}
+
+// Unsaved returns the records in memory only. Safe from any goroutine.
+func (l *Loop) Unsaved() UnsavedState {
+	if p := l.unsavedState.Load(); p != nil {
+		return *p
+	}
+	return UnsavedState{}
 }
 
 // Flush waits until the records handed to the writer so far are written
