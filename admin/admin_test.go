@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -258,5 +259,28 @@ func TestListen(t *testing.T) {
 				t.Errorf("err %v, want %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestBuildState: the state directory's line is its own field, apart
+// from the restore's Degraded, and survives the JSON round trip.
+func TestBuildState(t *testing.T) {
+	since := testNow.Add(-time.Minute)
+	want := State{Dir: "/var/lib/cri-guard", Error: "open /var/lib/cri-guard/.lock: is a directory", Since: since,
+		Unsaved: 3, LastWriteError: "checkpoint store unavailable", FailingSince: since}
+	s := Build(Sources{State: func() State { return want }, Degraded: func() error { return nil }})
+	if s.State == nil || *s.State != want || s.Degraded != "" {
+		t.Fatalf("state = %+v, degraded %q; want %+v and no restore degradation", s.State, s.Degraded, want)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Status
+	if err := json.Unmarshal(b, &back); err != nil || back.State == nil || !back.State.Since.Equal(since) || back.State.Unsaved != 3 || back.State.Available {
+		t.Fatalf("round trip: %+v, %v\n%s", back.State, err, b)
+	}
+	if s := Build(Sources{}); s.State != nil {
+		t.Fatalf("state without a source = %+v, want none", s.State)
 	}
 }

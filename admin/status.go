@@ -49,6 +49,29 @@ type Status struct {
 	// reason": the config file, the metrics or admin listener, the API
 	// connection), each retried in the background; empty normally.
 	Problems []string `json:"problems,omitempty"`
+	// State is the state directory's checkpoint store and the records not
+	// written to it; nil when not known. Apart from Degraded: a restore
+	// may be finished while the records stay in memory, and the reverse.
+	State *State `json:"state,omitempty"`
+}
+
+// State describes the state directory.
+type State struct {
+	Dir string `json:"dir"`
+	// Available is false while the directory cannot be opened (Error says
+	// why, first found at Since): records are kept in memory only, and
+	// opening it is retried.
+	Available bool      `json:"available"`
+	Error     string    `json:"error,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	// Unsaved counts the records in memory only (their last write
+	// failed); LastWriteError is the last failure, FailingSince the first
+	// since all were written, NextRetry when they are written again if
+	// later than the next housekeeping pass.
+	Unsaved        int       `json:"unsaved"`
+	LastWriteError string    `json:"lastWriteError,omitempty"`
+	FailingSince   time.Time `json:"failingSince,omitzero"`
+	NextRetry      time.Time `json:"nextRetry,omitzero"`
 }
 
 // API describes the connection to the API server.
@@ -147,6 +170,8 @@ type Sources struct {
 	Degraded func() error
 	// Problems lists the degraded parts; may be nil.
 	Problems func() []string
+	// State describes the state directory; may be nil.
+	State func() State
 	// Now stamps the document; default time.Now.
 	Now func() time.Time
 }
@@ -184,6 +209,10 @@ func Build(src Sources) Status {
 	}
 	if src.Problems != nil {
 		s.Problems = src.Problems()
+	}
+	if src.State != nil {
+		st := src.State()
+		s.State = &st
 	}
 	s.Signals = signals(snap.Observed, snap.Thresholds)
 	var ps []*pod.Pod

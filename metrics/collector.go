@@ -28,6 +28,13 @@ type StateSource struct {
 	// Wakeups are the sync loop's passes by what woke them, and its watch
 	// samples (guard.Loop.Wakeups); nil omits cri_guard_wakeups_total.
 	Wakeups func() map[string]uint64
+	// StoreAvailable reports whether the state directory is open
+	// (checkpoint.Deferred.Available); nil omits
+	// cri_guard_state_store_available.
+	StoreAvailable func() bool
+	// Unsaved counts the records in memory only (guard.Loop.Unsaved);
+	// nil omits cri_guard_checkpoint_unsaved_records.
+	Unsaved func() int
 }
 
 // Collector turns the latest eviction-manager snapshot (its observations
@@ -45,6 +52,8 @@ type Collector struct {
 	degraded   *prometheus.Desc
 	parts      *prometheus.Desc
 	wakeups    *prometheus.Desc
+	storeUp    *prometheus.Desc
+	unsaved    *prometheus.Desc
 }
 
 // conditions are always exported, 0 when absent.
@@ -77,12 +86,16 @@ func NewCollector(src StateSource) *Collector {
 		wakeups: prometheus.NewDesc(Namespace+"_wakeups_total",
 			"Sync loop passes by what woke them (tick, trigger, notification, memory-events, follow-up, fast-poll, restored-refused) and the fast poll's watch samples (watch).",
 			[]string{"source"}, nil),
+		storeUp: prometheus.NewDesc(Namespace+"_state_store_available",
+			"1 when the state directory's checkpoint store is open; 0 while records are kept in memory only (opening retried).", nil, nil),
+		unsaved: prometheus.NewDesc(Namespace+"_checkpoint_unsaved_records",
+			"Records kept in memory only: their last checkpoint write failed (written again with back-off).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded, c.parts, c.wakeups} {
+	for _, d := range []*prometheus.Desc{c.signal, c.threshold, c.condition, c.connected, c.sampledAt, c.statsError, c.degraded, c.parts, c.wakeups, c.storeUp, c.unsaved} {
 		ch <- d
 	}
 }
@@ -129,6 +142,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			part, _, _ := strings.Cut(p, ": ")
 			ch <- prometheus.MustNewConstMetric(c.parts, prometheus.GaugeValue, 1, part)
 		}
+	}
+	if c.src.StoreAvailable != nil {
+		ch <- prometheus.MustNewConstMetric(c.storeUp, prometheus.GaugeValue, boolValue(c.src.StoreAvailable()))
+	}
+	if c.src.Unsaved != nil {
+		ch <- prometheus.MustNewConstMetric(c.unsaved, prometheus.GaugeValue, float64(c.src.Unsaved()))
 	}
 	if c.src.Wakeups != nil {
 		for source, n := range c.src.Wakeups() {

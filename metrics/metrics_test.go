@@ -310,3 +310,22 @@ cri_guard_wakeups_total{source="watch"} 0
 `
 	collectorText(t, c, want, "cri_guard_wakeups_total")
 }
+
+// TestCollectorStateStore: whether the state directory is open and how
+// many records are in memory only, read at scrape time.
+func TestCollectorStateStore(t *testing.T) {
+	available, unsaved := false, 7
+	c := NewCollector(StateSource{StoreAvailable: func() bool { return available }, Unsaved: func() int { return unsaved }})
+	want := `
+# HELP cri_guard_checkpoint_unsaved_records Records kept in memory only: their last checkpoint write failed (written again with back-off).
+# TYPE cri_guard_checkpoint_unsaved_records gauge
+cri_guard_checkpoint_unsaved_records 7
+# HELP cri_guard_state_store_available 1 when the state directory's checkpoint store is open; 0 while records are kept in memory only (opening retried).
+# TYPE cri_guard_state_store_available gauge
+cri_guard_state_store_available 0
+`
+	collectorText(t, c, want, "cri_guard_checkpoint_unsaved_records", "cri_guard_state_store_available")
+	available, unsaved = true, 0
+	want = strings.ReplaceAll(strings.ReplaceAll(want, "records 7", "records 0"), "available 0", "available 1")
+	collectorText(t, c, want, "cri_guard_checkpoint_unsaved_records", "cri_guard_state_store_available")
+}
