@@ -258,9 +258,12 @@ func (d *Deferred) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.stop)
 		<-d.done
-		if s, _ := d.store(); s != nil {
-			err = s.Close()
+		s, cause := d.store()
+		if s == nil {
+			d.log.WithError(cause).WithField("path", d.dir).Warn("checkpoint store closed without being opened: the records kept in memory were not written")
+			return
 		}
+		err = s.Close()
 	})
 	return err
 }

@@ -80,6 +80,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			Degraded:  func() bool { return loop.Degraded() != nil },
 			Parts:     h.Problems,
 			Wakeups:   loop.Wakeups,
+
+			StoreAvailable: g.store.Available,
+			Unsaved:        func() int { return loop.Unsaved().Records },
 		}))
 	}
 
@@ -152,8 +155,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 type guardParts struct {
 	loop    *guard.Loop
 	ev      *evictor.Manager
-	store   *checkpoint.Store // holds the state directory's lock until closed
-	bounded *pressure.Bounded // the evictor's sampler; its goroutine ends on Close
+	store   *checkpoint.Deferred // holds the state directory's lock until closed, once open
+	bounded *pressure.Bounded    // the evictor's sampler; its goroutine ends on Close
 }
 
 // newGuard builds the sampler, the checkpoint store, the eviction manager
@@ -193,7 +196,10 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 		bounded.Close()
 		return guardParts{}, err
 	}
-	store, err := checkpoint.New(cfg.StateDir, logger.WithField("component", "checkpoint"), checkpoint.WithRules(cfg.CriticalRules()))
+	// a state directory that cannot be opened leaves cri-guard serving,
+	// its records in memory until a retry opens it; only another
+	// cri-guard holding it is fatal
+	store, err := checkpoint.OpenDeferred(cfg.StateDir, logger.WithField("component", "checkpoint"), checkpoint.WithRules(cfg.CriticalRules()))
 	if err != nil {
 		bounded.Close()
 		return guardParts{}, err

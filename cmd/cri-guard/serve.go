@@ -188,7 +188,7 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 		return
 	}
 	src := admin.Sources{
-		Version: version, DryRun: cfg.DryRun, Snapshot: g.ev.Snapshot, Pods: g.loop.Pods, Degraded: g.loop.Degraded,
+		Version: version, DryRun: cfg.DryRun, Snapshot: g.ev.Snapshot, Pods: g.loop.Pods, Degraded: g.loop.Degraded, State: g.stateStatus,
 		Problems: h.Problems,
 		Runtime: func() admin.Runtime {
 			st := rt.State()

@@ -82,6 +82,7 @@ func printStatus(out io.Writer, st admin.Status) error {
 	for _, p := range st.Problems {
 		fmt.Fprintf(w, "DEGRADED:\t%s\n", p)
 	}
+	printState(w, st.Time, st.State)
 	if a := st.API; a != nil {
 		api := "connected"
 		switch {
