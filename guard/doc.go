@@ -8,8 +8,8 @@
 // loop (checkpoint.Put: fsync, rename, directory fsync): one write per
 // record at a time, each with a sequence number, a later write superseding
 // a waiting one; the outcomes come back through the loop's queue (recordWrites). A record whose write
-// failed (full disk) is kept in memory and written again each housekeeping
-// pass: bookkeeping never refuses a pod. The writes a CRI call waits for
+// failed (full disk, a store not open) is kept in memory and written again
+// with back-off (saveRetry): bookkeeping never refuses a pod. The writes a CRI call waits for
 // (RunPodSandbox's pending and settled record) have writer slots of their
 // own and never queue behind the others (a run of evictions' records on a
 // slow state disk).
@@ -75,8 +75,8 @@
 //
 //  1. Start a listing of the runtime's sandboxes off the loop (none while
 //     the last one is under way; quick passes at most once a second),
-//     applied when it comes back (below), and write again the records
-//     whose write failed.
+//     applied when it comes back (below), and write again, as the
+//     back-off allows, the records whose write failed.
 //  2. An eviction under way (inFlight): sample only, so that admission
 //     reads current conditions, and cut its grace period short when the
 //     last evaluation is a moment from OOM (evictor.MemoryCritical: a
