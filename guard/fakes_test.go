@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
@@ -159,7 +160,9 @@ func (f *fakeRuntime) ListContainers(_ context.Context, filter *runtimeapi.Conta
 	var out []*runtimeapi.Container
 	for _, c := range f.ctrs {
 		if filter == nil || filter.PodSandboxId == "" || c.PodSandboxId == filter.PodSandboxId {
-			out = append(out, c)
+			// a copy, as a real runtime's answer is: StopContainer
+			// changes the fake's own
+			out = append(out, proto.Clone(c).(*runtimeapi.Container))
 		}
 	}
 	return out, nil
