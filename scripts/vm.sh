@@ -42,6 +42,10 @@ VMC=$CACHE/vm
 CRI_TOOLS=v1.37.0
 VM_MEM=${CRI_GUARD_VM_MEM:-2560M}
 SHARE=$VM/share
+# The release the package test upgrades from: the last one before the
+# hardened unit, the maintainer scripts' checks and the start-up that
+# serves degraded, so the upgrade crosses all of them.
+PREV_RELEASE=${CRI_GUARD_PREV_RELEASE:-4bd6c1bda646729d26bdadd7f77e67c5f4ced620}
 MARK=$VM/.cri-guard-vm
 
 T0=$EPOCHREALTIME
@@ -162,6 +166,17 @@ build_share() {
   make -s -C "$SRC" deb DEB_DIR="$SHARE/deb" >/dev/null
   # The upgrade test installs a second package of the same tree, one version up.
   make -s -C "$SRC" deb DEB_DIR="$SHARE/deb" DEB_VERSION_SUFFIX=+upgrade >/dev/null
+  # ... and upgrades from the previous release's package, built once per
+  # commit from git's copy of it (no work tree of its own).
+  local prev=$VMC/deb-$PREV_RELEASE
+  if [ ! -f "$prev/done" ]; then
+    ts "the previous release's package ($PREV_RELEASE)"
+    rm -rf "$prev" && mkdir -p "$prev/src"
+    git -C "$SRC" archive "$PREV_RELEASE" | tar -x -C "$prev/src"
+    make -s -C "$prev/src" deb DEB_DIR="$prev" DEB_VERSION="0.1.$(git -C "$SRC" rev-list --count "$PREV_RELEASE")" >/dev/null
+    rm -rf "$prev/src" && touch "$prev/done"
+  fi
+  rm -rf "$SHARE/deb-prev" && mkdir -p "$SHARE/deb-prev" && cp "$prev"/*.deb "$SHARE/deb-prev/"
   "$SRC/scripts/rt.sh" images "$SHARE/images"
   rm -rf "$SHARE/guest"; cp -a "$SRC/scripts/vm/guest" "$SHARE/guest"
 }

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// TestGuestPackage: an upgrade of the .deb restarts cri-guard and nothing
+// TestGuestPackage: an upgrade of the .deb, from the same tree or from the
+// previous release, restarts cri-guard and nothing
 // else (the kubelet's drop-in Wants= it), keeps the state and the operator's
 // config; an upgrade whose new binary rejects the config fails and leaves the
 // running cri-guard serving; a removal is refused while the kubelet's drop-in
@@ -46,6 +47,20 @@ func TestGuestPackage(t *testing.T) {
 		})
 		if r.get("dpkg_exit") == "0" || r.get("dpkg_exit") == "" {
 			t.Errorf("dpkg -r with the kubelet's drop-in installed: exit %q, want a failure", r.get("dpkg_exit"))
+		}
+	})
+	t.Run("upgrade-from-previous", func(t *testing.T) {
+		r := runScript(t, 8*time.Minute, "package.sh", "upgrade-from-previous")
+		expect(t, r, map[string]string{
+			"active": "active", "restarted": "yes", "kubelet_restarted": "no", "config_kept": "yes",
+			"state_kept": "yes", "sandboxes_kept": "yes", "containers_kept": "yes",
+		})
+		if r.get("previous") == "" || r.get("from") == r.get("to") || r.get("records_before") == "0" {
+			t.Errorf("upgraded from %q (%s, %s records) to %q: want the previous release's records carried to this tree's",
+				r.get("from"), r.get("previous"), r.get("records_before"), r.get("to"))
+		}
+		if r.get("restore") == "" {
+			t.Error("the upgraded cri-guard logged no restore")
 		}
 	})
 	t.Run("purge", func(t *testing.T) {

@@ -1,18 +1,18 @@
 # The package: upgrade (pods untouched, state and config kept, the kubelet not
-# restarted), an upgrade refused for its config, a removal refused while the
+# restarted), from the same tree and from the release before it, an upgrade refused for its config, a removal refused while the
 # kubelet uses cri-guard, then purge (nothing left), then install again (the
 # node as before).
 . "$(dirname "$0")/common.sh"
 old=$(ls /vm/deb/cri-guard_*_amd64.deb | grep -v '+upgrade' | head -1)
 new=$(ls /vm/deb/cri-guard_*+upgrade_amd64.deb | head -1)
-case "$1" in
-upgrade)
+# upgrade_to DEB: install DEB over the running package and say what it kept.
+upgrade_to() {
   echo "from=$(dpkg-query -W -f='${Version}' cri-guard)"
   sb=$(ready_sandboxes); ct=$(running_containers)
   kid=$(systemctl show -p InvocationID --value kubelet); gpid=$(mainpid)
-  state=$(ls /var/lib/cri-guard | sort | tr '\n' ' '); conf=$(md5sum </etc/cri-guard/config.yaml)
-  echo "records_before=$(ls /var/lib/cri-guard | grep -c .)"
-  DEBIAN_FRONTEND=noninteractive dpkg -i --force-confdef --force-confold "$new" 2>&1 | sed 's/^/# /'
+  state=$(records); conf=$(md5sum </etc/cri-guard/config.yaml)
+  echo "records_before=$(records | wc -w)"
+  DEBIAN_FRONTEND=noninteractive dpkg -i --force-confdef --force-confold "$1" 2>&1 | sed 's/^/# /'
   wait_for 120 systemctl is-active cri-guard
   echo "to=$(dpkg-query -W -f='${Version}' cri-guard)"
   echo "version=$(cri-guard version)"
@@ -20,10 +20,32 @@ upgrade)
   echo "restarted=$([ "$(mainpid)" != "$gpid" ] && echo yes || echo no)"
   echo "kubelet_restarted=$([ "$(systemctl show -p InvocationID --value kubelet)" != "$kid" ] && echo yes || echo no)"
   echo "config_kept=$([ "$(md5sum </etc/cri-guard/config.yaml)" = "$conf" ] && echo yes || echo no)"
-  echo "state_kept=$([ "$(ls /var/lib/cri-guard | sort | tr '\n' ' ')" = "$state" ] && echo yes || echo "no: before $state after $(ls /var/lib/cri-guard | sort | tr '\n' ' ')")"
+  echo "state_kept=$([ "$(records)" = "$state" ] && echo yes || echo "no: before $state after $(records)")"
   echo "sandboxes_kept=$([ "$(ready_sandboxes)" = "$sb" ] && echo yes || echo "no: before $sb after $(ready_sandboxes)")"
   echo "containers_kept=$([ "$(running_containers)" = "$ct" ] && echo yes || echo "no: before $ct after $(running_containers)")"
   echo "restore=$(journalctl -u cri-guard --no-pager -o cat _PID="$(mainpid)" | grep -m1 'restore done')"
+}
+# records: the checkpoint records of the state directory, one line, sorted
+# (other files there, such as the last good config, are not records).
+records() { ls /var/lib/cri-guard | grep '\.json$' | sort | tr '\n' ' '; }
+case "$1" in
+upgrade)
+  upgrade_to "$new"
+  ;;
+upgrade-from-previous)
+  # The release before this tree's, as a node runs it, upgraded to this
+  # tree's package: put the previous release in place (purge, install, the
+  # operator's config), let it adopt the running pods, then upgrade.
+  prev=$(ls /vm/deb-prev/cri-guard_*_amd64.deb | head -1)
+  cp /etc/cri-guard/config.yaml /tmp/config.yaml.keep
+  CRI_GUARD_FORCE_REMOVE=1 DEBIAN_FRONTEND=noninteractive dpkg -P cri-guard 2>&1 | sed 's/^/# /'
+  DEBIAN_FRONTEND=noninteractive dpkg -i "$prev" 2>&1 | sed 's/^/# /'
+  install -m 0644 /tmp/config.yaml.keep /etc/cri-guard/config.yaml
+  systemctl restart cri-guard
+  wait_for 120 systemctl is-active cri-guard
+  wait_for 120 sh -c '[ "$(ls /var/lib/cri-guard | grep -c "\.json$")" -gt 0 ]'
+  echo "previous=$(cri-guard version)"
+  upgrade_to "$old"
   ;;
 upgrade-rejected)
   # A config the new binary rejects fails the upgrade in postinst: the
@@ -83,5 +105,5 @@ purge)
   systemctl restart cri-guard
   echo "reinstalled=$(systemctl is-active cri-guard)"
   ;;
-*) echo "usage: package.sh upgrade|upgrade-rejected|remove-refused|purge" >&2; exit 2 ;;
+*) echo "usage: package.sh upgrade|upgrade-from-previous|upgrade-rejected|remove-refused|purge" >&2; exit 2 ;;
 esac
