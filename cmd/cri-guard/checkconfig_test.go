@@ -14,7 +14,7 @@ import (
 // fakeNode writes a proc root (meminfo, pressure/memory) and an empty
 // cgroup root under dir: 8Gi of memory, 2Gi available, memory PSI full
 // avg10 20%.
-func fakeNode(t *testing.T, dir string) (cgroupRoot, procRoot string) {
+func fakeNode(t testing.TB, dir string) (cgroupRoot, procRoot string) {
 	t.Helper()
 	cgroupRoot, procRoot = filepath.Join(dir, "cgroup"), filepath.Join(dir, "proc")
 	files := map[string]string{
