@@ -89,12 +89,8 @@ func BenchmarkStartToVersion(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				b.StopTimer()
 				root := filepath.Join(dir, "r", strconv.Itoa(i))
-				cg, proc := fakeNode(b, root)
-				opts := defaultOptions()
+				opts := testOptions(b, root, fake.Path)
 				co := &opts.Config
-				co.Listen, co.RuntimeEndpoint, co.StateDir = filepath.Join(root, "g", "cri-guard.sock"), fake.Path, filepath.Join(root, "state")
-				co.AdminSocket, co.MetricsAddress, co.PSITrigger = filepath.Join(root, "g", "admin.sock"), "", ""
-				co.CgroupRoot, co.ProcRoot = cg, proc
 				if c.spoil != nil {
 					c.spoil(b, root, &opts)
 				}

@@ -50,12 +50,8 @@ func startDaemonOn(t *testing.T, before func(*fakeruntime.Backend), mutate func(
 	if before != nil {
 		before(fake)
 	}
-	cg, proc := fakeNode(t, dir)
-	opts := defaultOptions()
+	opts := testOptions(t, dir, fake.Path)
 	c := &opts.Config
-	c.Listen, c.RuntimeEndpoint, c.StateDir = filepath.Join(dir, "g", "cri-guard.sock"), fake.Path, filepath.Join(dir, "state")
-	c.AdminSocket, c.MetricsAddress, c.PSITrigger = filepath.Join(dir, "g", "admin.sock"), "", ""
-	c.CgroupRoot, c.ProcRoot = cg, proc
 	if mutate != nil {
 		mutate(&opts)
 	}
@@ -82,6 +78,20 @@ func startDaemonOn(t *testing.T, before func(*fakeruntime.Backend), mutate func(
 		t.Fatal(err)
 	}
 	return d
+}
+
+// testOptions are the daemon's options on a fake node under dir in front
+// of the runtime at endpoint: sockets and state under dir, no metrics, no
+// PSI trigger.
+func testOptions(t testing.TB, dir, endpoint string) options {
+	t.Helper()
+	cg, proc := fakeNode(t, dir)
+	opts := defaultOptions()
+	c := &opts.Config
+	c.Listen, c.RuntimeEndpoint, c.StateDir = filepath.Join(dir, "g", "cri-guard.sock"), endpoint, filepath.Join(dir, "state")
+	c.AdminSocket, c.MetricsAddress, c.PSITrigger = filepath.Join(dir, "g", "admin.sock"), "", ""
+	c.CgroupRoot, c.ProcRoot = cg, proc
+	return opts
 }
 
 func (d *testDaemon) runPod(t *testing.T, name string) {
