@@ -2,10 +2,14 @@ package kube
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
@@ -13,30 +17,94 @@ import (
 // server is the part of the API server the client uses, core/v1 only:
 // restServer in production (a REST client with a core/v1 scheme: the typed
 // clientset would register every API group), and client-go's fake
-// clientset in the unit tests.
+// clientset or an in-process API server in the unit tests.
 type server interface {
 	// podListWatch lists and watches the pods bound to node.
 	podListWatch(node string) cache.ListerWatcher
+	// nodeListWatch lists and watches the Node named node, alone.
+	nodeListWatch(node string) cache.ListerWatcher
 	// patchPodStatus patches a pod's status subresource.
 	patchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte) (*corev1.Pod, error)
 	// createEvent makes an event.
 	createEvent(ctx context.Context, ev *corev1.Event) error
-	// getNode reads the node.
+	// getNode reads the node from etcd (only after a conflict: the
+	// client reads its Node from the cache).
 	getNode(ctx context.Context, name string) (*corev1.Node, error)
-	// patchNode patches the node (subresource "" or "status").
-	patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) error
+	// patchNode patches the node (subresource "" or "status") and returns
+	// it as written.
+	patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) (*corev1.Node, error)
 }
 
-// restServer is the server over a core/v1 REST client.
-type restServer struct{ rc rest.Interface }
+// The deadlines of list and watch requests. A list of a node's pods may
+// be megabytes: it gets at least minListTimeout. A watch is ended by the
+// server after the timeoutSeconds the reflector asks for (5 to 10 min, at
+// random); the client gives up watchSlack later, should the server or the
+// path to it vanish without a word.
+const (
+	minListTimeout = time.Minute
+	watchSlack     = time.Minute
+)
+
+// restServer is the server over a core/v1 REST client; timeout bounds
+// each read and write.
+type restServer struct {
+	rc      rest.Interface
+	timeout time.Duration
+}
 
 var _ server = restServer{}
 
 func (s restServer) podListWatch(node string) cache.ListerWatcher {
-	return cache.NewListWatchFromClient(s.rc, "pods", corev1.NamespaceAll, fields.OneTermEqualSelector("spec.nodeName", node))
+	return s.listWatch("pods", fields.OneTermEqualSelector("spec.nodeName", node))
+}
+
+func (s restServer) nodeListWatch(node string) cache.ListerWatcher {
+	return s.listWatch("nodes", fields.OneTermEqualSelector("metadata.name", node))
+}
+
+// listWatch lists and watches resource (all namespaces) with a field
+// selector, as cache.NewListWatchFromClient does, with deadlines of the
+// request's own rather than the HTTP client's.
+func (s restServer) listWatch(resource string, sel fields.Selector) cache.ListerWatcher {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel.String()
+			ctx, cancel := context.WithTimeout(ctx, max(s.timeout, minListTimeout))
+			defer cancel()
+			return s.rc.Get().Resource(resource).VersionedParams(&o, params).Do(ctx).Get()
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector, o.Watch = sel.String(), true
+			d := 10 * time.Minute
+			if o.TimeoutSeconds != nil {
+				d = time.Duration(*o.TimeoutSeconds) * time.Second
+			}
+			ctx, cancel := context.WithTimeout(ctx, d+watchSlack)
+			w, err := s.rc.Get().Resource(resource).VersionedParams(&o, params).Watch(ctx)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			return cancelOnStop{Interface: w, cancel: cancel}, nil
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, s.rc)
+}
+
+// cancelOnStop is a watch whose request context ends with it.
+type cancelOnStop struct {
+	watch.Interface
+	cancel context.CancelFunc
+}
+
+func (w cancelOnStop) Stop() {
+	w.Interface.Stop()
+	w.cancel()
 }
 
 func (s restServer) patchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	var p corev1.Pod
 	err := s.rc.Patch(pt).Namespace(namespace).Resource("pods").Name(name).SubResource("status").
 		Body(patch).Do(ctx).Into(&p)
@@ -47,10 +115,14 @@ func (s restServer) patchPodStatus(ctx context.Context, namespace, name string, 
 }
 
 func (s restServer) createEvent(ctx context.Context, ev *corev1.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	return s.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
 }
 
 func (s restServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	var n corev1.Node
 	if err := s.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(&n); err != nil {
 		return nil, err
@@ -58,10 +130,16 @@ func (s restServer) getNode(ctx context.Context, name string) (*corev1.Node, err
 	return &n, nil
 }
 
-func (s restServer) patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) error {
+func (s restServer) patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	req := s.rc.Patch(pt).Resource("nodes").Name(name)
 	if subresource != "" {
 		req = req.SubResource(subresource)
 	}
-	return req.Body(patch).Do(ctx).Error()
+	var n corev1.Node
+	if err := req.Body(patch).Do(ctx).Into(&n); err != nil {
+		return nil, err
+	}
+	return &n, nil
 }

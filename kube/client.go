@@ -29,8 +29,14 @@ type Config struct {
 	// Retry is the first delay before an API write is retried (doubling up
 	// to 30 s); 0: 500 ms.
 	Retry time.Duration
-	// Timeout bounds one API request; 0: 10 s.
+	// Timeout bounds one API read or write; 0: 10 s. It is a deadline of
+	// each request, never of the HTTP client: a watch lasts as long as the
+	// server lets it (5 to 10 min, said in the request).
 	Timeout time.Duration
+	// Heartbeat is how often the node condition is written while nothing
+	// changes (with up to a fifth more, at random); 0: 5 min, the
+	// kubelet's own node status report period. At least 10 s.
+	Heartbeat time.Duration
 	// Taint, when not nil, puts cri-guard's taint (TaintKey) on the node
 	// while it sees memory pressure.
 	Taint *TaintConfig
@@ -83,15 +89,26 @@ func restConfig(cfg Config) (*rest.Config, string, error) {
 	rc.APIPath = "/api"
 	rc.GroupVersion = &corev1.SchemeGroupVersion
 	rc.NegotiatedSerializer = codecs.WithoutConversion()
-	rc.ContentType = runtime.ContentTypeJSON
-	// the kubelet's own client defaults (QPS 50, burst 100): cri-guard's
-	// writes are a few per eviction
-	rc.QPS, rc.Burst = 50, 100
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	rc.Timeout = cfg.Timeout
+	// protobuf, as the kubelet speaks to the API server: core/v1 objects
+	// are a third of their JSON size and cheaper to encode on both sides;
+	// JSON is accepted from a server (or proxy) that answers nothing else
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	// a node agent's share: a few writes per eviction, two watches; the
+	// kubelet, which does far more, has 50/100
+	rc.QPS, rc.Burst = 5, 10
+	// no client-wide timeout: client-go makes it the HTTP client's, which
+	// cuts every watch after it (restServer bounds each request instead)
+	rc.Timeout = 0
 	return rc, node, nil
+}
+
+// requestTimeout is Config.Timeout with its default.
+func requestTimeout(cfg Config) time.Duration {
+	if cfg.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return cfg.Timeout
 }
 
 // nodeName is the node of the client certificate (CN system:node:<name>),

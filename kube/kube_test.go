@@ -38,6 +38,15 @@ type fakeServer struct {
 	// forbidTaint: node patches (not status) are forbidden, as
 	// NodeRestriction forbids a node its own taints
 	forbidTaint bool
+	// nodeGets counts the client's reads of the Node (the tests' own
+	// reads go to the clientset directly)
+	nodeGets int
+}
+
+func (f *fakeServer) gets() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nodeGets
 }
 
 var _ server = (*fakeServer)(nil)
@@ -52,6 +61,21 @@ func (f *fakeServer) podListWatch(node string) cache.ListerWatcher {
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = sel
 			return f.cs.CoreV1().Pods(corev1.NamespaceAll).Watch(ctx, o)
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, f.cs)
+}
+
+func (f *fakeServer) nodeListWatch(node string) cache.ListerWatcher {
+	sel := fields.OneTermEqualSelector("metadata.name", node).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = sel
+			return f.cs.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = sel
+			return f.cs.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, f.cs)
@@ -99,25 +123,27 @@ func (f *fakeServer) createEvent(ctx context.Context, ev *corev1.Event) error {
 }
 
 func (f *fakeServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+	f.mu.Lock()
+	f.nodeGets++
+	f.mu.Unlock()
 	return f.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
-func (f *fakeServer) patchNode(ctx context.Context, name, sub string, pt types.PatchType, patch []byte) error {
+func (f *fakeServer) patchNode(ctx context.Context, name, sub string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
 	if err := f.fail(&f.failNodePatches); err != nil {
-		return err
+		return nil, err
 	}
 	f.mu.Lock()
 	forbid := f.forbidTaint && sub == ""
 	f.mu.Unlock()
 	if forbid {
-		return apierrors.NewForbidden(corev1.Resource("nodes"), name, context.Canceled)
+		return nil, apierrors.NewForbidden(corev1.Resource("nodes"), name, context.Canceled)
 	}
 	var subs []string
 	if sub != "" {
 		subs = append(subs, sub)
 	}
-	_, err := f.cs.CoreV1().Nodes().Patch(ctx, name, pt, patch, metav1.PatchOptions{}, subs...)
-	return err
+	return f.cs.CoreV1().Nodes().Patch(ctx, name, pt, patch, metav1.PatchOptions{}, subs...)
 }
 
 // newFake starts a client on node-1 over a fake clientset holding objs,
@@ -550,6 +576,7 @@ func TestNodeCondition(t *testing.T) {
 	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
 	c.now = clock
+	c.rand = func() float64 { return 0 } // the heartbeat's least period
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
@@ -584,12 +611,16 @@ func TestNodeCondition(t *testing.T) {
 	if cd := nodeCondition(t, f); cd.Status != corev1.ConditionFalse || cd.LastTransitionTime.Unix() != 5002 {
 		t.Fatalf("condition %+v: want False since now", cd)
 	}
-	// the heartbeat: due a minute after the last write
+	// the heartbeat: due five minutes after the last write
 	step(defaultHeartbeat)
 	c.poke()
 	waitFor(t, "heartbeat", func() bool { return patches() == 4 })
-	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 5002 || cd.LastHeartbeatTime.Unix() != 5062 {
+	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 5002 || cd.LastHeartbeatTime.Unix() != 5302 {
 		t.Fatalf("condition %+v: want the heartbeat moved, not the transition", cd)
+	}
+	// the status it started from came from the Node's cache, not a read
+	if n := f.gets(); n != 0 {
+		t.Fatalf("%d node GETs, want none", n)
 	}
 	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 	if err != nil {
@@ -650,13 +681,27 @@ func TestTaint(t *testing.T) {
 	}
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
 	waitFor(t, "tainted, in status too", func() bool { return hasTaint(taints(t, f)) && c.State().Taint == "set (NoSchedule)" })
-	// someone removes it while the pressure lasts: back at the next check
+	// someone removes it while the pressure lasts: back as soon as the
+	// watch shows it, the clock standing still
 	patches := f.count("patch", "nodes", "")
 	if _, err := f.cs.CoreV1().Nodes().Patch(context.Background(), "node-1", types.MergePatchType, []byte(`{"spec":{"taints":[]}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	step(defaultHeartbeat)
-	waitFor(t, "tainted again after a minute", func() bool { return hasTaint(taints(t, f)) && f.count("patch", "nodes", "") > patches+1 })
+	waitFor(t, "tainted again", func() bool { return hasTaint(taints(t, f)) && f.count("patch", "nodes", "") > patches+1 })
+	// nothing more while nothing changes, however long: no periodic read
+	// or write of the Node
+	settled(t, c)
+	patches = f.count("patch", "nodes", "")
+	for range 3 {
+		step(defaultHeartbeat)
+		settled(t, c)
+	}
+	if n := f.count("patch", "nodes", ""); n != patches {
+		t.Fatalf("%d taint patches while nothing changed", n-patches)
+	}
+	if n := f.gets(); n != 0 {
+		t.Fatalf("%d node GETs, want none: the Node comes from its cache", n)
+	}
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // still pressure
 	c.SetNodePressure(NodePressure{})
 	waitFor(t, "untainted when the pressure ends", func() bool { return !hasTaint(taints(t, f)) })

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
 // NodeConditionType is the node condition cri-guard owns: its own view of
@@ -20,8 +21,40 @@ import (
 const NodeConditionType corev1.NodeConditionType = "CriGuardMemoryPressure"
 
 // defaultHeartbeat is how often the condition's LastHeartbeatTime is
-// refreshed while nothing changes.
-const defaultHeartbeat = time.Minute
+// refreshed while nothing changes: the kubelet's node status report
+// period (nodeStatusReportFrequency), since nothing reads this condition's
+// heartbeat more often than the kubelet's own. A change is written at once.
+const defaultHeartbeat = 5 * time.Minute
+
+// minHeartbeat is the shortest heartbeat Config.Heartbeat may ask for.
+const minHeartbeat = 10 * time.Second
+
+// newNodeInformer watches the Node named in lw alone (the Node authorizer
+// lets a node get, list and watch its own), with no resync: nothing is
+// done on a timer from it.
+func newNodeInformer(lw cache.ListerWatcher) cache.SharedIndexInformer {
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	// the managed fields and the image list are most of a Node and are
+	// never read
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if n, ok := obj.(*corev1.Node); ok {
+			n.ManagedFields, n.Status.Images = nil, nil
+		}
+		return obj, nil
+	})
+	return inf
+}
+
+// cachedNode is the client's Node from the cache; nil when the cache has
+// none (not synced yet, or no such Node).
+func (c *Client) cachedNode() *corev1.Node {
+	obj, ok, err := c.nodes.GetStore().GetByKey(c.node)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := obj.(*corev1.Node)
+	return n
+}
 
 // NodePressure is cri-guard's view of the node's memory pressure, as the
 // eviction manager's evaluation has it.
@@ -58,11 +91,11 @@ type nodeState struct {
 	// status is the condition's status in the API (read at the first
 	// write, then as written): its transition time moves only when it
 	// changes
-	status    corev1.ConditionStatus
-	read      bool
-	heartbeat time.Time // when the condition was last written
-	tries     int
-	next      time.Time
+	status corev1.ConditionStatus
+	read   bool
+	beat   time.Time // when the next heartbeat is due
+	tries  int
+	next   time.Time
 }
 
 // SetNodePressure is told of every change of the eviction manager's view
@@ -89,7 +122,7 @@ func (c *Client) writeNode(ctx context.Context) time.Duration {
 		c.mu.Unlock()
 		return time.Hour
 	}
-	due := c.ns.heartbeat.Add(c.heartbeat)
+	due := c.ns.beat
 	if c.ns.dirty {
 		due = now
 	}
@@ -101,40 +134,43 @@ func (c *Client) writeNode(ctx context.Context) time.Duration {
 	want, read, status := *c.ns.want, c.ns.read, c.ns.status
 	c.mu.Unlock()
 
-	err := func() error {
-		if !read {
-			n, err := c.srv.getNode(ctx, c.node)
-			if err != nil {
-				return fmt.Errorf("get node %q: %w", c.node, err)
-			}
+	if !read {
+		// the status the API has, from the Node's cache (the first write
+		// waits for it: Run pokes the writer once it is synced)
+		if !c.nodes.HasSynced() {
+			return time.Hour
+		}
+		if n := c.cachedNode(); n != nil {
 			for _, cd := range n.Status.Conditions {
 				if cd.Type == NodeConditionType {
 					status = cd.Status
 				}
 			}
 		}
-		return c.writeCondition(ctx, want, status)
-	}()
+	}
+	err := c.writeCondition(ctx, want, status)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.note(opCondition, err)
 	if err != nil {
 		c.ns.tries++
-		c.ns.next = c.now().Add(c.backoff(c.ns.tries))
+		d := c.backoff(c.ns.tries)
+		c.ns.next = c.now().Add(d)
 		if c.ns.tries == 1 || c.ns.tries%10 == 0 {
 			c.log.WithError(err).WithFields(logrus.Fields{"op": opCondition, "tries": c.ns.tries}).Warn("cannot write the node condition: retrying")
 		}
-		return c.backoff(c.ns.tries)
+		return d
 	}
 	c.ns.tries, c.ns.next = 0, time.Time{}
 	c.ns.read, c.ns.status = true, want.condition().Status
-	c.ns.heartbeat = c.now()
+	beat := c.jitter(c.heartbeat, heartbeatJitter)
+	c.ns.beat = c.now().Add(beat)
 	c.ns.dirty = !c.ns.want.equal(want)
 	if c.ns.dirty {
 		return 0
 	}
-	return c.heartbeat
+	return beat
 }
 
 // writeCondition patches the node's status with cri-guard's condition, a
@@ -153,7 +189,7 @@ func (c *Client) writeCondition(ctx context.Context, p NodePressure, was corev1.
 	if err != nil {
 		return err
 	}
-	if err := c.srv.patchNode(ctx, c.node, "status", types.StrategicMergePatchType, patch); err != nil {
+	if _, err := c.srv.patchNode(ctx, c.node, "status", types.StrategicMergePatchType, patch); err != nil {
 		return fmt.Errorf("patch node %q status: %w", c.node, err)
 	}
 	return nil

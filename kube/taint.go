@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -39,13 +40,16 @@ const stopTimeout = 5 * time.Second
 type taintState struct {
 	srv    server // nil: no taint
 	effect corev1.TaintEffect
-	// present is the taint as last read or written; nil: not known (at
-	// start, and again at every heartbeat: it is read and reconciled)
+	// present is the taint as last seen in the Node's cache or written;
+	// nil: not known yet
 	present *bool
+	// writtenRV is the Node's resourceVersion the last write returned: a
+	// cached Node older than that says nothing of the taint (the watch
+	// has not brought the write yet)
+	writtenRV uint64
 	// unavailable says why the taint cannot be set (patch forbidden);
 	// it is not tried again
 	unavailable string
-	checked     time.Time // when it was last reconciled
 	tries       int
 	next        time.Time
 }
@@ -70,34 +74,46 @@ func (c *Client) taintStatus() string {
 
 // writeTaint makes the node's taint match the pressure cri-guard sees
 // (writer goroutine): nothing before the first evaluation, so that a
-// taint left by a crash is confirmed or removed by what this run sees; it
-// returns how long until it is due again.
+// taint left by a crash is confirmed or removed by what this run sees. It
+// is decided from the Node's cache, never a periodic read: a taint someone
+// else changes comes with the watch, which pokes the writer. It returns
+// how long until it is due again.
 func (c *Client) writeTaint(ctx context.Context) time.Duration {
 	c.mu.Lock()
 	t := &c.ts
-	now := c.now()
 	if t.srv == nil || t.unavailable != "" || c.ns.want == nil {
 		c.mu.Unlock()
 		return time.Hour
 	}
-	if !t.checked.IsZero() && now.Sub(t.checked) >= c.heartbeat {
-		t.present = nil // read it again: someone may have changed it
+	n := c.cachedNode()
+	if n == nil {
+		// not synced yet, or no Node: its arrival pokes the writer
+		c.mu.Unlock()
+		return time.Hour
 	}
 	want := c.ns.want.MemoryPressure
-	if t.present != nil && *t.present == want {
-		d := t.checked.Add(c.heartbeat).Sub(now)
+	if t.writtenRV == 0 || nodeResourceVersion(n) >= t.writtenRV {
+		// the cache has seen the last write: it is the truth
+		if !taintsDiffer(n, t.effect, want) {
+			t.present = &want
+			c.mu.Unlock()
+			return time.Hour
+		}
+		has := !taintsDiffer(n, t.effect, true)
+		t.present = &has
+	} else if t.present != nil && *t.present == want {
+		// written, and the watch has not brought it back yet
 		c.mu.Unlock()
-		return max(d, 0)
+		return time.Hour
 	}
-	if t.next.After(now) {
-		d := t.next.Sub(now)
+	if now := c.now(); t.next.After(now) {
 		c.mu.Unlock()
-		return d
+		return t.next.Sub(now)
 	}
 	srv, effect := t.srv, t.effect
 	c.mu.Unlock()
 
-	changed, err := setTaint(ctx, srv, c.node, effect, want)
+	changed, rv, err := setTaint(ctx, srv, c.node, n, effect, want)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if changed || err != nil {
@@ -105,14 +121,15 @@ func (c *Client) writeTaint(ctx context.Context) time.Duration {
 	}
 	switch {
 	case err == nil:
-		t.present, t.checked, t.tries, t.next = &want, c.now(), 0, time.Time{}
+		t.present, t.tries, t.next = &want, 0, time.Time{}
 		if changed {
+			t.writtenRV = rv
 			c.log.WithFields(logrus.Fields{"taint": TaintKey, "effect": effect, "set": want}).Info("node taint changed")
 		}
 		if c.ns.want.MemoryPressure != want {
 			return 0
 		}
-		return c.heartbeat
+		return time.Hour
 	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		t.unavailable = err.Error()
 		c.log.WithError(err).WithField("taint", TaintKey).
@@ -120,11 +137,12 @@ func (c *Client) writeTaint(ctx context.Context) time.Duration {
 		return time.Hour
 	default:
 		t.tries++
-		t.next = c.now().Add(c.backoff(t.tries))
+		d := c.backoff(t.tries)
+		t.next = c.now().Add(d)
 		if t.tries == 1 || t.tries%10 == 0 {
 			c.log.WithError(err).WithFields(logrus.Fields{"op": opTaint, "tries": t.tries}).Warn("cannot set the node taint: retrying")
 		}
-		return c.backoff(t.tries)
+		return d
 	}
 }
 
@@ -137,11 +155,12 @@ func (c *Client) removeTaint() {
 		c.mu.Unlock()
 		return
 	}
-	srv, effect := t.srv, t.effect
+	srv, effect, n := t.srv, t.effect, c.cachedNode()
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	changed, err := setTaint(ctx, srv, c.node, effect, false)
+	// a Node never cached is read, once, on the way out
+	changed, _, err := setTaint(ctx, srv, c.node, n, effect, false)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if changed || err != nil {
@@ -158,23 +177,48 @@ func (c *Client) removeTaint() {
 	}
 }
 
-// setTaint reads the node and, when its taints differ from what is
-// wanted, writes them: a JSON merge patch of spec.taints with the node's
-// resourceVersion as precondition (a conflict is retried with a fresh
-// read), as the node lifecycle controller's taint helpers do. Only
-// cri-guard's key is added or removed, whatever its effect was.
-func setTaint(ctx context.Context, srv server, node string, effect corev1.TaintEffect, want bool) (changed bool, err error) {
+// taintsDiffer says whether the node's taints differ from what is wanted:
+// cri-guard's key with effect, once, when want, else not at all.
+func taintsDiffer(n *corev1.Node, effect corev1.TaintEffect, want bool) bool {
+	_, differ := wantedTaints(n, effect, want)
+	return differ
+}
+
+// wantedTaints are the node's taints with cri-guard's key removed, and
+// added with effect when want; differ says whether they are not the
+// node's.
+func wantedTaints(n *corev1.Node, effect corev1.TaintEffect, want bool) (taints []corev1.Taint, differ bool) {
+	taints = slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
+	if want {
+		taints = append(taints, corev1.Taint{Key: TaintKey, Effect: effect})
+	}
+	return taints, !slices.EqualFunc(taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value })
+}
+
+// nodeResourceVersion is the node's resourceVersion as a number (etcd's
+// revision); 0 when it is not one.
+func nodeResourceVersion(n *corev1.Node) uint64 {
+	v, _ := strconv.ParseUint(n.ResourceVersion, 10, 64)
+	return v
+}
+
+// setTaint writes the taints wanted over those of n (the cached Node; nil:
+// read it), when they differ: a JSON merge patch of spec.taints with n's
+// resourceVersion as precondition, as the node lifecycle controller's
+// taint helpers do; a conflict (the cache was behind) is retried with a
+// fresh read, the only read of the Node not from the cache. Only
+// cri-guard's key is added or removed, whatever its effect was. rv is the
+// written Node's resourceVersion.
+func setTaint(ctx context.Context, srv server, name string, n *corev1.Node, effect corev1.TaintEffect, want bool) (changed bool, rv uint64, err error) {
 	for attempt := 0; ; attempt++ {
-		n, err := srv.getNode(ctx, node)
-		if err != nil {
-			return false, fmt.Errorf("get node %q: %w", node, err)
+		if n == nil {
+			if n, err = srv.getNode(ctx, name); err != nil {
+				return false, 0, fmt.Errorf("get node %q: %w", name, err)
+			}
 		}
-		taints := slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t corev1.Taint) bool { return t.Key == TaintKey })
-		if want {
-			taints = append(taints, corev1.Taint{Key: TaintKey, Effect: effect})
-		}
-		if slices.EqualFunc(taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
-			return false, nil
+		taints, differ := wantedTaints(n, effect, want)
+		if !differ {
+			return false, 0, nil
 		}
 		if taints == nil {
 			taints = []corev1.Taint{}
@@ -184,14 +228,15 @@ func setTaint(ctx context.Context, srv server, node string, effect corev1.TaintE
 			"spec":     map[string]any{"taints": taints},
 		})
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
-		err = srv.patchNode(ctx, node, "", types.MergePatchType, patch)
+		out, err := srv.patchNode(ctx, name, "", types.MergePatchType, patch)
 		if err == nil {
-			return true, nil
+			return true, nodeResourceVersion(out), nil
 		}
 		if !apierrors.IsConflict(err) || attempt >= 3 {
-			return false, fmt.Errorf("patch node %q taints: %w", node, err)
+			return false, 0, fmt.Errorf("patch node %q taints: %w", name, err)
 		}
+		n = nil
 	}
 }

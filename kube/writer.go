@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -21,13 +22,20 @@ import (
 // watch shows that another writer (the kubelet's status manager) replaced
 // what cri-guard owns.
 type Client struct {
-	node  string
-	srv   server
-	pods  cache.SharedIndexInformer
+	node string
+	srv  server
+	pods cache.SharedIndexInformer
+	// nodes caches this node's Node alone: the taint and the condition are
+	// decided from it, never from a periodic read
+	nodes cache.SharedIndexInformer
 	log   *logrus.Entry
 	obs   Observer
 	retry time.Duration
 	now   func() time.Time
+	// rand is in [0, 1): the jitter of retries and heartbeats, so that
+	// the nodes of a cluster do not write in step (after an API server
+	// restart they all fail and retry together)
+	rand func() float64
 	// goneAfter: how long a report waits for its pod to reach the cache;
 	// heartbeat: how often the node condition is written unchanged;
 	// rewriteCalm: a replacement of a report that held this long is
@@ -61,7 +69,14 @@ func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: client: %w", err)
 	}
-	c := newClient(restServer{rc: rc}, node, cfg.Retry, log, obs)
+	if cfg.Heartbeat != 0 && cfg.Heartbeat < minHeartbeat {
+		return nil, fmt.Errorf("kubernetes: node status heartbeat %v: must be at least %v", cfg.Heartbeat, minHeartbeat)
+	}
+	timeout := requestTimeout(cfg)
+	c := newClient(restServer{rc: rc, timeout: timeout}, node, cfg.Retry, log, obs)
+	if cfg.Heartbeat > 0 {
+		c.heartbeat = cfg.Heartbeat
+	}
 	if t := cfg.Taint; t != nil {
 		c.ts.srv, c.ts.effect = c.srv, t.Effect
 		if t.Kubeconfig != "" && t.Kubeconfig != cfg.Kubeconfig {
@@ -75,7 +90,7 @@ func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
 			if err != nil {
 				return nil, fmt.Errorf("kubernetes: taint client: %w", err)
 			}
-			c.ts.srv = restServer{rc: tc}
+			c.ts.srv = restServer{rc: tc, timeout: timeout}
 		}
 	}
 	return c, nil
@@ -85,9 +100,17 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 	if retry <= 0 {
 		retry = 500 * time.Millisecond
 	}
-	c := &Client{node: node, srv: srv, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now,
+	c := &Client{node: node, srv: srv, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now, rand: rand.Float64,
 		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat, rewriteCalm: defaultRewriteCalm,
 		views: map[string]podView{}, reports: map[string]*report{}, wake: make(chan struct{}, 1)}
+	c.nodes = newNodeInformer(srv.nodeListWatch(node))
+	// any change of the Node may call for a write: a taint someone
+	// removed, the first read of the condition
+	_, _ = c.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.poke() },
+		UpdateFunc: func(any, any) { c.poke() },
+		DeleteFunc: func(any) { c.poke() },
+	})
 	c.pods = newPodInformer(srv.podListWatch(node))
 	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
@@ -124,6 +147,14 @@ func (c *Client) NodeName() string { return c.node }
 // takes the node taint off (a clean stop), within a few seconds.
 func (c *Client) Run(ctx context.Context) {
 	go c.pods.RunWithContext(ctx)
+	go c.nodes.RunWithContext(ctx)
+	go func() {
+		// the Node's writes wait for its cache; a Node the API does not
+		// have brings no event to say the cache is ready
+		if cache.WaitForCacheSync(ctx.Done(), c.nodes.HasSynced) {
+			c.poke()
+		}
+	}()
 	c.writer(ctx)
 	c.removeTaint()
 }
@@ -243,7 +274,21 @@ func (c *Client) note(op string, err error) {
 }
 
 // backoff is the delay before the tries-th retry: the first retry delay,
-// doubling, at most 30 s.
+// doubling, at most 30 s, and up to half of it more at random.
 func (c *Client) backoff(tries int) time.Duration {
-	return min(c.retry<<min(max(tries-1, 0), 6), 30*time.Second)
+	return c.jitter(min(c.retry<<min(max(tries-1, 0), 6), 30*time.Second), retryJitter)
+}
+
+// The jitter factors: a retry waits up to half its delay more, a
+// heartbeat up to a fifth of its period more (never less: the period is
+// the least time between two heartbeats).
+const (
+	retryJitter     = 0.5
+	heartbeatJitter = 0.2
+)
+
+// jitter is d and up to factor·d more, at random (wait.Jitter, with the
+// client's source of randomness).
+func (c *Client) jitter(d time.Duration, factor float64) time.Duration {
+	return d + time.Duration(c.rand()*factor*float64(d))
 }
