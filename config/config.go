@@ -101,6 +101,11 @@ type Kubernetes struct {
 	NodeName string `json:"nodeName"`
 	// Taint is cri-guard's node taint while it sees memory pressure.
 	Taint Taint `json:"taint"`
+	// NodeStatusHeartbeat is how often the node condition
+	// CriGuardMemoryPressure is written while it does not change (with up
+	// to a fifth more at random); a change is written at once. Default
+	// 5m, the kubelet's node status report period; at least 10s.
+	NodeStatusHeartbeat Duration `json:"nodeStatusHeartbeat"`
 }
 
 // Taint configures cri-guard's node taint: while cri-guard sees memory
@@ -137,6 +142,8 @@ const (
 	DefaultMetricsAddress = "127.0.0.1:9713"
 	DefaultAdminSocket    = "/run/cri-guard/admin.sock"
 	DefaultTaintEffect    = "NoSchedule"
+	// DefaultNodeStatusHeartbeat is the kubelet's nodeStatusReportFrequency.
+	DefaultNodeStatusHeartbeat = 5 * time.Minute
 	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
 	// stands for a zero in the file (v1beta1 SetDefaults_KubeletConfiguration:
 	// a zero EvictionPressureTransitionPeriod becomes 5m).
@@ -165,7 +172,8 @@ func Default() Config {
 		MetricsAddress:                   DefaultMetricsAddress,
 		AdminSocket:                      DefaultAdminSocket,
 		Log:                              Log{Level: "info", Format: "text"},
-		Kubernetes:                       Kubernetes{Taint: Taint{Effect: DefaultTaintEffect}},
+		Kubernetes: Kubernetes{Taint: Taint{Effect: DefaultTaintEffect},
+			NodeStatusHeartbeat: Duration{DefaultNodeStatusHeartbeat}},
 	}
 }
 
@@ -302,6 +310,9 @@ func (c Config) Validate() error {
 	case "NoSchedule", "PreferNoSchedule", "NoExecute":
 	default:
 		add("kubernetes.taint.effect", "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", c.Kubernetes.Taint.Effect)
+	}
+	if c.Kubernetes.NodeStatusHeartbeat.Duration < 10*time.Second {
+		add("kubernetes.nodeStatusHeartbeat", "must be at least 10s, got %v", c.Kubernetes.NodeStatusHeartbeat.Duration)
 	}
 	if c.AdminSocket != "" && !strings.HasPrefix(c.AdminSocket, "/") {
 		add("adminSocket", "must be an absolute path, got %q", c.AdminSocket)

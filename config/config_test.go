@@ -58,6 +58,20 @@ log: {level: debug, format: json}
 				t.Fatalf("taint = %+v", tt)
 			}
 		}},
+		{name: "node status heartbeat 5m by default", yaml: "", check: func(t *testing.T, c Config) {
+			if d := c.Kubernetes.NodeStatusHeartbeat.Duration; d != 5*time.Minute {
+				t.Fatalf("nodeStatusHeartbeat = %v, want 5m", d)
+			}
+		}},
+		{name: "node status heartbeat", yaml: "kubernetes: {nodeStatusHeartbeat: 90s}\n", check: func(t *testing.T, c Config) {
+			if d := c.Kubernetes.NodeStatusHeartbeat.Duration; d != 90*time.Second {
+				t.Fatalf("nodeStatusHeartbeat = %v, want 90s", d)
+			}
+		}},
+		{name: "node status heartbeat too short", yaml: "kubernetes: {nodeStatusHeartbeat: 5s}\n",
+			wantErr: []string{"kubernetes.nodeStatusHeartbeat: must be at least 10s, got 5s"}},
+		{name: "node status heartbeat not a duration", yaml: "kubernetes: {nodeStatusHeartbeat: often}\n",
+			wantErr: []string{"nodeStatusHeartbeat"}},
 		{name: "bad taint", yaml: "kubernetes: {taint: {enabled: true, effect: Never, kubeconfig: t}}\n",
 			wantErr: []string{"kubernetes.taint.enabled: needs kubernetes.kubeconfig", "kubernetes.taint.effect: must be", "kubernetes.taint.kubeconfig: must be an absolute path"}},
 		// The kubelet's defaulting (issue 13): cmd/kubelet/app/server.go

@@ -34,7 +34,8 @@ func newKube(cfg config.Config, logger *logrus.Logger, m *metrics.Metrics) (*kub
 	if m != nil {
 		obs = m
 	}
-	kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName}
+	kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName,
+		Heartbeat: cfg.Kubernetes.NodeStatusHeartbeat.Duration}
 	if t := cfg.Kubernetes.Taint; t.Enabled {
 		kcfg.Taint = &kube.TaintConfig{Effect: corev1.TaintEffect(t.Effect), Kubeconfig: t.Kubeconfig}
 	}
