@@ -1,0 +1,616 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	restclientwatch "k8s.io/client-go/rest/watch"
+
+	"github.com/cri-guard/cri-guard/pod"
+)
+
+// fakeAPI is an in-process API server for the REST path the client takes
+// in production (restServer, its rest.Config, client-go's reflectors):
+// list and watch of pods and of the Node, with watch-list (initial events
+// and their end bookmark), bookmarks, compaction (410 to a watch from an
+// older resourceVersion), node and pod status patches and events; it
+// answers protobuf to a client that asks for it, JSON otherwise.
+type fakeAPI struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu    sync.Mutex
+	rv    uint64 // the latest resourceVersion
+	floor uint64 // watches from an older one are answered 410 Gone
+	pods  []*corev1.Pod
+	node  *corev1.Node
+	reqs  []apiRequest
+	open  []*apiWatch // every watch, in the order opened
+	// hangPatches: a PATCH is answered only when the client gives up
+	hangPatches bool
+	// bookmarkAfter: a pod watch that lasted this long gets a bookmark at
+	// the latest resourceVersion (the API server sends one a minute), then
+	// is ended by the server (its timeoutSeconds, scaled down)
+	bookmarkAfter time.Duration
+	events        []*corev1.Event
+}
+
+// apiRequest is one request as the server saw it.
+type apiRequest struct {
+	method, path      string
+	query             url.Values
+	accept, mediaType string
+}
+
+// apiWatch is one watch request.
+type apiWatch struct {
+	resource string
+	query    url.Values
+	// clientGone is closed when the client ended the watch before the
+	// server did
+	clientGone chan struct{}
+	// ended is closed when the server ended it
+	ended chan struct{}
+	// stop makes the server end it, with no bookmark newer than the
+	// version it began with
+	stop chan struct{}
+}
+
+func (w *apiWatch) gone() bool {
+	select {
+	case <-w.clientGone:
+		return true
+	default:
+		return false
+	}
+}
+
+// initial says whether the watch asks for the initial events (watch-list:
+// a relist by watch).
+func (w *apiWatch) initial() bool { return w.query.Get("sendInitialEvents") == "true" }
+
+func newFakeAPI(t *testing.T, pods ...*corev1.Pod) *fakeAPI {
+	t.Helper()
+	f := &fakeAPI{t: t, rv: 100, pods: pods,
+		node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", ResourceVersion: "100"}}}
+	for i, p := range pods {
+		p.ResourceVersion = strconv.Itoa(50 + i)
+	}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// kubeconfig writes a kubeconfig for the server and returns its path.
+func (f *fakeAPI) kubeconfig() string {
+	f.t.Helper()
+	p := filepath.Join(f.t.TempDir(), "kubeconfig")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q}}]
+users: [{name: u, user: {}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, f.srv.URL)
+	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// start runs a client made by New (the production path) against the
+// server, its pod cache synced; prep, if any, adjusts it before it runs.
+func (f *fakeAPI) start(cfg Config, prep ...func(*Client)) *Client {
+	f.t.Helper()
+	cfg.Kubeconfig, cfg.NodeName = f.kubeconfig(), "node-1"
+	l := logrus.New()
+	l.SetLevel(logrus.WarnLevel)
+	c, err := New(cfg, logrus.NewEntry(l), nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, p := range prep {
+		p(c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	f.t.Cleanup(func() { cancel(); <-done })
+	waitFor(f.t, "cache synced", func() bool { return c.State().Synced })
+	return c
+}
+
+// requests are the requests seen so far that match.
+func (f *fakeAPI) requests(match func(apiRequest) bool) []apiRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []apiRequest
+	for _, r := range f.reqs {
+		if match(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// watches are the watches of resource opened so far.
+func (f *fakeAPI) watches(resource string) []*apiWatch {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*apiWatch
+	for _, w := range f.open {
+		if w.resource == resource {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// relists counts the full reads of resource: LISTs and watch-lists.
+func (f *fakeAPI) relists(resource string) int {
+	n := len(f.requests(func(r apiRequest) bool {
+		return r.method == http.MethodGet && r.path == "/api/v1/"+resource && !isWatch(r.query)
+	}))
+	for _, w := range f.watches(resource) {
+		if w.initial() {
+			n++
+		}
+	}
+	return n
+}
+
+// compact moves the cluster on: other objects' writes took the latest
+// resourceVersion to rv, and the watch cache no longer serves versions
+// older than floor.
+func (f *fakeAPI) compact(rv, floor uint64) {
+	f.mu.Lock()
+	f.rv, f.floor = rv, floor
+	f.mu.Unlock()
+}
+
+func isWatch(q url.Values) bool { return q.Get("watch") == "true" || q.Get("watch") == "1" }
+
+// info is the serializer for the request's Accept header (protobuf when
+// asked for first, as the API server negotiates).
+func info(r *http.Request) runtime.SerializerInfo {
+	want := runtime.ContentTypeJSON
+	if strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf) {
+		want = runtime.ContentTypeProtobuf
+	}
+	si, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), want)
+	return si
+}
+
+func (f *fakeAPI) write(w http.ResponseWriter, r *http.Request, code int, obj runtime.Object) {
+	si := info(r)
+	b, err := runtime.Encode(codecs.EncoderForVersion(si.Serializer, corev1.SchemeGroupVersion), obj)
+	if err != nil {
+		f.t.Errorf("encode %T: %v", obj, err)
+		code, b = http.StatusInternalServerError, nil
+	}
+	w.Header().Set("Content-Type", si.MediaType)
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
+	mt := strings.TrimSpace(strings.Split(r.Header.Get("Content-Type"), ";")[0])
+	f.mu.Lock()
+	f.reqs = append(f.reqs, apiRequest{method: r.Method, path: r.URL.Path, query: r.URL.Query(), accept: r.Header.Get("Accept"), mediaType: mt})
+	hang := f.hangPatches
+	f.mu.Unlock()
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/api/v1/"), "/")
+	switch {
+	case r.Method == http.MethodGet && len(parts) == 1 && (parts[0] == "pods" || parts[0] == "nodes"):
+		if isWatch(r.URL.Query()) {
+			f.watch(w, r, parts[0])
+			return
+		}
+		f.mu.Lock()
+		var list runtime.Object
+		if parts[0] == "pods" {
+			l := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(f.rv, 10)}}
+			for _, p := range f.pods {
+				l.Items = append(l.Items, *p)
+			}
+			list = l
+		} else {
+			list = &corev1.NodeList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(f.rv, 10)}, Items: []corev1.Node{*f.node}}
+		}
+		f.mu.Unlock()
+		f.write(w, r, http.StatusOK, list)
+	case r.Method == http.MethodGet && len(parts) == 2 && parts[0] == "nodes":
+		f.mu.Lock()
+		n := f.node.DeepCopy()
+		f.mu.Unlock()
+		f.write(w, r, http.StatusOK, n)
+	case r.Method == http.MethodPatch && hang:
+		// the body read, the server sees the client go away
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	case r.Method == http.MethodPatch && len(parts) == 3 && parts[0] == "nodes" && parts[2] == "status":
+		f.patch(w, r, f.node, &corev1.Node{})
+	case r.Method == http.MethodPatch && len(parts) == 5 && parts[2] == "pods" && parts[4] == "status":
+		f.mu.Lock()
+		var p *corev1.Pod
+		for _, q := range f.pods {
+			if q.Namespace == parts[1] && q.Name == parts[3] {
+				p = q
+			}
+		}
+		f.mu.Unlock()
+		if p == nil {
+			f.write(w, r, http.StatusNotFound, &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound})
+			return
+		}
+		f.patch(w, r, p, &corev1.Pod{})
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[2] == "events":
+		b, _ := io.ReadAll(r.Body)
+		si, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), mt)
+		var ev corev1.Event
+		if !ok {
+			f.t.Errorf("event posted as %q", mt)
+		} else if _, _, err := si.Serializer.Decode(b, nil, &ev); err != nil {
+			f.t.Errorf("decode the posted event (%s): %v", mt, err)
+		}
+		f.mu.Lock()
+		f.events = append(f.events, &ev)
+		f.mu.Unlock()
+		f.write(w, r, http.StatusCreated, &ev)
+	default:
+		f.t.Errorf("unexpected request %s %s", r.Method, r.URL)
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// patch applies a strategic merge patch to obj (a pointer into the
+// server's state, guarded by f.mu) and answers the result.
+func (f *fakeAPI) patch(w http.ResponseWriter, r *http.Request, obj, schema runtime.Object) {
+	b, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	cur, _ := json.Marshal(obj)
+	out, err := strategicpatch.StrategicMergePatch(cur, b, schema)
+	if err == nil {
+		err = json.Unmarshal(out, obj)
+	}
+	f.rv++
+	obj.(metav1.Object).SetResourceVersion(strconv.FormatUint(f.rv, 10))
+	res := obj.DeepCopyObject()
+	f.mu.Unlock()
+	if err != nil {
+		f.t.Errorf("patch %s: %v", r.URL.Path, err)
+	}
+	f.write(w, r, http.StatusOK, res)
+}
+
+// watch serves one watch until the server or the client ends it.
+func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string) {
+	aw := &apiWatch{resource: resource, query: r.URL.Query(), clientGone: make(chan struct{}), ended: make(chan struct{}), stop: make(chan struct{})}
+	f.mu.Lock()
+	f.open = append(f.open, aw)
+	rv, floor, after := f.rv, f.floor, f.bookmarkAfter
+	var initial []runtime.Object
+	if aw.initial() {
+		if resource == "pods" {
+			for _, p := range f.pods {
+				initial = append(initial, p.DeepCopy())
+			}
+		} else {
+			initial = append(initial, f.node.DeepCopy())
+		}
+	}
+	f.mu.Unlock()
+	defer func() {
+		select {
+		case <-aw.clientGone:
+		default:
+			close(aw.ended)
+		}
+	}()
+
+	si := info(r)
+	mt := si.MediaType
+	if mt == runtime.ContentTypeProtobuf {
+		mt += ";stream=watch" // as the API server says it
+	}
+	w.Header().Set("Content-Type", mt)
+	w.WriteHeader(http.StatusOK)
+	flusher := w.(http.Flusher)
+	flusher.Flush()
+	enc := restclientwatch.NewEncoder(
+		streaming.NewEncoder(si.StreamSerializer.Framer.NewFrameWriter(w), si.StreamSerializer.Serializer),
+		codecs.EncoderForVersion(si.Serializer, corev1.SchemeGroupVersion))
+	send := func(ev watch.Event) {
+		if err := enc.Encode(&ev); err != nil {
+			f.t.Errorf("watch %s: encode: %v", resource, err)
+		}
+		flusher.Flush()
+	}
+	bookmark := func(rv uint64, end bool) watch.Event {
+		m := metav1.ObjectMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
+		if end {
+			m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+		}
+		if resource == "pods" {
+			return watch.Event{Type: watch.Bookmark, Object: &corev1.Pod{ObjectMeta: m}}
+		}
+		return watch.Event{Type: watch.Bookmark, Object: &corev1.Node{ObjectMeta: m}}
+	}
+
+	from, _ := strconv.ParseUint(aw.query.Get("resourceVersion"), 10, 64)
+	switch {
+	case aw.initial():
+		for _, o := range initial {
+			send(watch.Event{Type: watch.Added, Object: o})
+		}
+		send(bookmark(rv, true))
+	case from < floor:
+		send(watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone,
+			Reason: metav1.StatusReasonExpired, Message: fmt.Sprintf("too old resource version: %d (%d)", from, floor)}})
+		return
+	}
+	var tick <-chan time.Time
+	if after > 0 && resource == "pods" {
+		tick = time.After(after)
+	}
+	select {
+	case <-tick:
+		f.mu.Lock()
+		rv := f.rv
+		f.mu.Unlock()
+		send(bookmark(rv, false))
+	case <-r.Context().Done():
+		close(aw.clientGone)
+	case <-aw.stop:
+		// a bookmark at the version the watch began with (not past the
+		// compaction to come), so that it did not end empty
+		send(bookmark(rv, false))
+	}
+}
+
+// TestWatchOutlivesRequestTimeout: reads and writes have a deadline each,
+// the watches none of the client's own: a watch asks the server for 5 to
+// 10 minutes and for bookmarks, and is still open after a PATCH has run
+// out of its request timeout.
+func TestWatchOutlivesRequestTimeout(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"))
+	f.hangPatches = true
+	c := f.start(Config{Timeout: 100 * time.Millisecond})
+	for _, res := range []string{"pods", "nodes"} {
+		waitFor(t, res+" watched", func() bool { return len(f.watches(res)) > 0 })
+		q := f.watches(res)[0].query
+		s, err := strconv.Atoi(q.Get("timeoutSeconds"))
+		if err != nil || s < 300 || s > 600 || q.Get("allowWatchBookmarks") != "true" {
+			t.Fatalf("%s watch %v: want timeoutSeconds in [300, 600] and allowWatchBookmarks", res, q)
+		}
+	}
+	sel := f.watches("nodes")[0].query.Get("fieldSelector")
+	if sel != "metadata.name=node-1" {
+		t.Fatalf("node watch field selector %q, want this node alone", sel)
+	}
+	c.SetNodePressure(NodePressure{MemoryPressure: true})
+	waitFor(t, "the hanging PATCH cut by its deadline", func() bool {
+		return strings.Contains(c.State().LastError, "context deadline exceeded")
+	})
+	// the watches began before that PATCH: a client-wide timeout would
+	// have cut them already (give its close time to reach the server)
+	time.Sleep(200 * time.Millisecond)
+	for _, res := range []string{"pods", "nodes"} {
+		if w := f.watches(res)[0]; w.gone() {
+			t.Fatalf("the %s watch was closed by the client", res)
+		}
+	}
+}
+
+// TestQuietWatchResumesFromBookmark: a quiet node's pod watch gets the
+// server's bookmark and, when the server ends it, is opened again from the
+// bookmark's resourceVersion, which the watch cache still has: no relist,
+// though the version of the node's last pod change was compacted away.
+func TestQuietWatchResumesFromBookmark(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"))
+	f.bookmarkAfter = 500 * time.Millisecond
+	f.start(Config{Timeout: 50 * time.Millisecond})
+	f.compact(1000, 900) // the rest of the cluster moved on
+	waitFor(t, "a pod watch from the bookmark", func() bool {
+		for _, w := range f.watches("pods") {
+			if !w.initial() && w.query.Get("resourceVersion") == "1000" {
+				return true
+			}
+		}
+		return false
+	})
+	if n := f.relists("pods"); n != 1 {
+		t.Fatalf("%d relists of the pods, want only the first", n)
+	}
+	if w := f.watches("pods")[0]; w.gone() {
+		t.Fatal("the first pod watch was closed by the client, not the server")
+	}
+}
+
+// TestExpiredWatchRelistsOnce: a watch from a resourceVersion the server
+// no longer has (410 Gone) is followed by one relist, then a watch again.
+func TestExpiredWatchRelistsOnce(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"))
+	f.start(Config{})
+	// the watch is ended by the server before any bookmark, and the
+	// version it would resume from is compacted away meanwhile
+	f.compact(2000, 1500)
+	close(f.watches("pods")[0].stop)
+	waitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
+	gone := 0
+	for _, w := range f.watches("pods") {
+		if !w.initial() && w.query.Get("resourceVersion") == "100" {
+			gone++
+		}
+	}
+	if gone != 1 {
+		t.Fatalf("%d watches from the compacted version, want the one answered 410", gone)
+	}
+	// the relist's watch goes on; nothing more is read
+	time.Sleep(300 * time.Millisecond)
+	if n := f.relists("pods"); n != 2 {
+		t.Fatalf("%d relists, want 2 (the first and one after the 410)", n)
+	}
+}
+
+// TestProtobuf: the client asks for protobuf (JSON accepted), reads pods
+// answered in it, and sends its objects in it (patches are JSON by their
+// nature).
+func TestProtobuf(t *testing.T) {
+	prio := int32(42)
+	p := apiPod("web", "u1")
+	p.Spec.Priority = &prio
+	f := newFakeAPI(t, p)
+	c := f.start(Config{})
+	if a, ok := c.Pod("u1"); !ok || a.Priority == nil || *a.Priority != 42 {
+		t.Fatalf("Pod(u1) = %+v, %v: want it read from the protobuf answers", a, ok)
+	}
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	waitFor(t, "reported", func() bool {
+		return len(f.requests(func(r apiRequest) bool { return r.method == http.MethodPatch })) > 0 && c.State().Pending == 0
+	})
+	want := runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	for _, r := range f.requests(func(apiRequest) bool { return true }) {
+		if r.accept != want {
+			t.Errorf("%s %s: Accept %q, want %q", r.method, r.path, r.accept, want)
+		}
+		if r.method == http.MethodPost && r.mediaType != runtime.ContentTypeProtobuf {
+			t.Errorf("%s %s: Content-Type %q, want protobuf", r.method, r.path, r.mediaType)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.events) != 1 || f.events[0].Reason != "Evicted" || f.events[0].InvolvedObject.UID != "u1" {
+		t.Fatalf("events %+v: want the eviction's, decoded from protobuf", f.events)
+	}
+}
+
+// TestNoPeriodicNodeGet: over many heartbeats, with the taint on, the Node
+// is never read: it comes from its watch.
+func TestNoPeriodicNodeGet(t *testing.T) {
+	f := newFakeAPI(t)
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	c := f.start(Config{Taint: &TaintConfig{Effect: corev1.TaintEffectNoSchedule}}, func(c *Client) {
+		c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		c.rand = func() float64 { return 0.999 }
+	})
+	nodePatches := func() int {
+		return len(f.requests(func(r apiRequest) bool {
+			return r.method == http.MethodPatch && r.path == "/api/v1/nodes/node-1/status"
+		}))
+	}
+	c.SetNodePressure(NodePressure{})
+	waitFor(t, "the condition written", func() bool { return nodePatches() == 1 && c.State().Pending == 0 })
+	for i := range 5 {
+		mu.Lock()
+		now = now.Add(defaultHeartbeat * 6 / 5)
+		mu.Unlock()
+		c.poke()
+		waitFor(t, fmt.Sprintf("heartbeat %d", i+1), func() bool { return nodePatches() == i+2 && c.State().Pending == 0 })
+	}
+	if gets := f.requests(func(r apiRequest) bool { return r.method == http.MethodGet && r.path == "/api/v1/nodes/node-1" }); len(gets) != 0 {
+		t.Fatalf("%d GETs of the Node, want none", len(gets))
+	}
+	if n := f.relists("nodes"); n != 1 {
+		t.Fatalf("%d reads of the Node list, want the first only", n)
+	}
+}
+
+// TestHeartbeatPeriod: unchanged, the condition is written once per
+// heartbeat period at most, and at most a fifth of it later; retries and
+// heartbeats are jittered within their bounds; New defaults the period to
+// 5 min and refuses one under 10 s.
+func TestHeartbeatPeriod(t *testing.T) {
+	const period = time.Minute
+	f := &fakeServer{cs: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
+	now := time.Unix(5000, 0)
+	var mu sync.Mutex
+	r := 0.999
+	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
+	c.heartbeat = period
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.rand = func() float64 { mu.Lock(); defer mu.Unlock(); return r }
+	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock(); c.poke() }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	patches := func() int { return f.count("patch", "nodes", "status") }
+
+	c.SetNodePressure(NodePressure{})
+	waitFor(t, "written", func() bool { return patches() == 1 && c.State().Pending == 0 })
+	// the most jitter: due at 1.1998 periods
+	step(period)
+	settled(t, c)
+	if n := patches(); n != 1 {
+		t.Fatalf("%d writes one period after the first, with the most jitter: want 1", n)
+	}
+	step(period / 5)
+	waitFor(t, "the heartbeat, within a fifth of a period more", func() bool { return patches() == 2 })
+	settled(t, c)
+	// the least jitter: due one period later, not before
+	mu.Lock()
+	r = 0
+	mu.Unlock()
+	// the period was drawn at the last write (with r = 0.999): one more
+	// write at the most jitter, then one period exactly
+	step(period * 6 / 5)
+	waitFor(t, "third", func() bool { return patches() == 3 })
+	settled(t, c)
+	step(period - time.Second)
+	settled(t, c)
+	if n := patches(); n != 3 {
+		t.Fatalf("%d writes: a heartbeat came before its period", n)
+	}
+	step(time.Second)
+	waitFor(t, "fourth, one period after the third", func() bool { return patches() == 4 })
+
+	// the bounds with the real source of randomness
+	j := &Client{rand: rand.Float64, retry: 100 * time.Millisecond}
+	spread := map[time.Duration]bool{}
+	for range 1000 {
+		d := j.jitter(period, heartbeatJitter)
+		if d < period || d > period*6/5 {
+			t.Fatalf("heartbeat %v: want within [%v, %v]", d, period, period*6/5)
+		}
+		spread[d/time.Second] = true
+		if b := j.backoff(1); b < 100*time.Millisecond || b > 150*time.Millisecond {
+			t.Fatalf("first retry after %v: want within [100ms, 150ms]", b)
+		}
+	}
+	if len(spread) < 5 {
+		t.Fatalf("heartbeats over %d distinct seconds only: want them spread", len(spread))
+	}
+
+	api := newFakeAPI(t)
+	kc, err := New(Config{Kubeconfig: api.kubeconfig(), NodeName: "node-1"}, nil, nil)
+	if err != nil || kc.heartbeat != 5*time.Minute {
+		t.Fatalf("New: heartbeat %v, %v; want 5m by default", kc.heartbeat, err)
+	}
+	if _, err := New(Config{Kubeconfig: api.kubeconfig(), NodeName: "node-1", Heartbeat: 5 * time.Second}, nil, nil); err == nil ||
+		!strings.Contains(err.Error(), "must be at least 10s") {
+		t.Fatalf("New with a 5s heartbeat: %v, want refused", err)
+	}
+}
