@@ -61,6 +61,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	var kc *lateKube
 	if cfg.Kubernetes.Kubeconfig != "" {
 		kc = &lateKube{log: logger.WithField("component", "kube")}
+		_ = kc.try(cfg, logger, m) // else retried once the loop runs (connect)
 	}
 	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, notify.watchdogInterval()/4, kc)
 	if err != nil {

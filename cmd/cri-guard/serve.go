@@ -76,31 +76,35 @@ func (k *lateKube) reason() string {
 	return k.why
 }
 
-// connect retries newKube until it succeeds or ctx ends, then runs the
-// client until ctx ends (a goroutine of wg).
+// try makes the client once; it is the first try of connect, made before
+// the sync loop starts so that a kubeconfig that is there is used from the
+// start, as without this indirection.
+func (k *lateKube) try(cfg config.Config, logger *logrus.Logger, m *metrics.Metrics) error {
+	kc, err := newKube(cfg, logger, m)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil {
+		k.why = err.Error()
+		return err
+	}
+	k.c.Store(kc)
+	if k.pending != nil {
+		kc.SetNodePressure(*k.pending)
+	}
+	return nil
+}
+
+// connect runs the client until ctx ends (a goroutine of wg), once it is
+// made: at once when the first try made it, else after a background retry
+// succeeds.
 func (k *lateKube) connect(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, logger *logrus.Logger, m *metrics.Metrics, h *health) {
-	wg.Go(func() {
-		var kc *kube.Client
-		if !retryUntil(ctx, h, "api", func() (err error) {
-			kc, err = newKube(cfg, logger, m)
-			if err != nil {
-				k.mu.Lock()
-				k.why = err.Error()
-				k.mu.Unlock()
-			}
-			return err
-		}) {
-			return
+	try := func() error {
+		if k.c.Load() != nil {
+			return nil
 		}
-		k.mu.Lock()
-		k.c.Store(kc)
-		p := k.pending
-		k.mu.Unlock()
-		if p != nil {
-			kc.SetNodePressure(*p)
-		}
-		kc.Run(ctx)
-	})
+		return k.try(cfg, logger, m)
+	}
+	startOrRetry(ctx, wg, h, "api", try, func() { k.c.Load().Run(ctx) })
 }
 
 // Pod is kube.Client.Pod, nothing before the connection.
@@ -169,11 +173,8 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, m 
 		return
 	}
 	log := logger.WithField("component", "metrics")
-	wg.Go(func() {
-		var l net.Listener
-		if !retryUntil(ctx, h, "metrics", func() (err error) { l, err = metrics.Listen(cfg.MetricsAddress); return err }) {
-			return
-		}
+	var l net.Listener
+	startOrRetry(ctx, wg, h, "metrics", func() (err error) { l, err = metrics.Listen(cfg.MetricsAddress); return err }, func() {
 		if err := metrics.Serve(ctx, l, m.Handler(), log); err != nil {
 			log.WithError(err).Error("metrics server stopped")
 			h.Set("metrics", "server stopped: "+err.Error())
@@ -208,11 +209,8 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 		}
 	}
 	log := logger.WithField("component", "admin")
-	wg.Go(func() {
-		var l net.Listener
-		if !retryUntil(ctx, h, "admin socket", func() (err error) { l, err = admin.Listen(cfg.AdminSocket, log); return err }) {
-			return
-		}
+	var l net.Listener
+	startOrRetry(ctx, wg, h, "admin socket", func() (err error) { l, err = admin.Listen(cfg.AdminSocket, log); return err }, func() {
 		hd := admin.Handler(func() admin.Status { return admin.Build(src) })
 		if err := admin.Serve(ctx, l, hd, log); err != nil {
 			log.WithError(err).Error("admin server stopped")
