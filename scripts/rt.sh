@@ -279,13 +279,20 @@ start_containerd() {
   rm -f "$RT/containerd.sock" "$RT/containerd.sock.ttrpc"
   # setsid: a Ctrl-C in the shell that ran `up` must not reach containerd.
   setsid "$CTRD_DIR/containerd" --config "$RT/containerd.toml" >>"$RT/logs/containerd.log" 2>&1 </dev/null &
-  echo $! >"$RT/containerd.pid"
-  local i
-  for i in $(seq 300); do
+  local p=$! i
+  echo "$p" >"$RT/containerd.pid"
+  # Wait on the PID, not on alive(): until setsid has exec'd containerd
+  # the process is named after its parent, and on a loaded machine that
+  # is long enough for a check of the name to give up on a containerd
+  # that then comes up unrecorded, holding the metadata store's lock.
+  for i in $(seq 600); do
     "$CTR" -a "$RT/containerd.sock" version >/dev/null 2>&1 && return 0
-    alive "$RT/containerd.pid" containerd || break
+    [ -d /proc/"$p" ] || break
     sleep 0.1
   done
+  # one that did not answer in time is stopped, so that none is left behind
+  kill -9 "$p" 2>/dev/null || true
+  rm -f "$RT/containerd.pid"
   tail -20 "$RT/logs/containerd.log" >&2
   die "containerd did not start (log: $RT/logs/containerd.log)"
 }
@@ -456,11 +463,11 @@ up_events() {
   ts "containerd $CTRD_EVENTS"
   rm -f "$RTE/containerd.sock" "$RTE/containerd.sock.ttrpc"
   setsid "$CTRD_BIN/containerd" --config "$RTE/containerd.toml" >>"$RTE/logs/containerd.log" 2>&1 </dev/null &
-  echo $! >"$RTE/containerd.pid"
-  local i
-  for i in $(seq 300); do
+  local p=$! i
+  echo "$p" >"$RTE/containerd.pid"
+  for i in $(seq 600); do
     events_ok && break
-    alive "$RTE/containerd.pid" containerd || break
+    [ -d /proc/"$p" ] || break # on the PID: see start_containerd
     sleep 0.1
   done
   events_ok || { tail -20 "$RTE/logs/containerd.log" >&2; die "containerd $CTRD_EVENTS did not start (log: $RTE/logs/containerd.log)"; }
