@@ -6,7 +6,7 @@
 //
 // # Sampling
 //
-// A Sampler (NewSampler(SamplerConfig{CgroupRoot, ProcRoot, PodsCgroup}))
+// A Sampler (NewSampler(SamplerConfig{CgroupRoot, ProcRoot, SysRoot, PodsCgroup, SubtractHugePages}))
 // reads:
 //
 //   - Node: capacity from <proc-root>/meminfo (MemTotal). On a unified host

@@ -41,6 +41,15 @@ type SamplerConfig struct {
 	// "kubepods"), relative to the root. Empty: no allocatable signal and
 	// PSI signals come from the node.
 	PodsCgroup string
+	// SysRoot is where sysfs is mounted; default /sys. The huge page pool
+	// is read from <SysRoot>/kernel/mm/hugepages.
+	SysRoot string
+	// SubtractHugePages takes the huge page pool off memory.available (and
+	// so off the capacity its percentages refer to), as the kubelet does
+	// from 1.37 (HugepageAwareEviction, beta and on by default there);
+	// false computes it as the kubelet up to 1.36. allocatableMemory.available
+	// is computed the same either way, as in the kubelet.
+	SubtractHugePages bool
 	// Now is the clock stamping samples; default time.Now.
 	Now func() time.Time
 }
@@ -55,8 +64,19 @@ type NodeSample struct {
 	CapacityBytes int64
 	// WorkingSetBytes is usage - inactive_file (or MemTotal - MemAvailable).
 	WorkingSetBytes int64
-	// AvailableBytes is CapacityBytes - WorkingSetBytes (memory.available).
+	// AvailableBytes is memory.available: CapacityBytes - WorkingSetBytes,
+	// and with HugePagesSubtracted less HugePagesBytes, down to 0 at most.
 	AvailableBytes int64
+	// HugePagesBytes is the node's huge page pool (every size's
+	// nr_hugepages × page size: the kubelet's hugepages-<size> capacity);
+	// with HugePagesError set, the last pool read.
+	HugePagesBytes int64
+	// HugePagesSubtracted reports that AvailableBytes had the pool taken
+	// off (SamplerConfig.SubtractHugePages and a pool larger than 0).
+	HugePagesSubtracted bool
+	// HugePagesError is set when the pool could not be read this time; the
+	// last pool read stands, as the kubelet keeps its last machine info.
+	HugePagesError error
 	// HasPSI reports whether Some and Full were read (PSI may be disabled).
 	HasPSI bool
 	// Some and Full are the node's memory PSI.
@@ -130,21 +150,27 @@ type Sampler struct {
 	rootCur    string
 	rootStat   string
 	rootPSI    string
+	hugeSizes  []hugePageSize
 	mu         sync.Mutex
 	r          fileReader
 	hasRootCur bool
+	// hugeBytes is the last huge page pool read.
+	hugeBytes int64
 	// fresh PSI averages of the node and of the pods cgroup (see psiAverage).
 	nodeSome, nodeFull, podsSome, podsFull psiAverage
 }
 
 // NewSampler detects the cgroup layout under cfg.CgroupRoot and checks that
-// meminfo can be read.
+// meminfo and the huge page pool can be read.
 func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = DefaultCgroupRoot
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = DefaultProcRoot
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = DefaultSysRoot
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -176,6 +202,12 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		s.hasRootCur = err == nil
 	}
 	if _, err := s.readMeminfo(); err != nil {
+		return nil, err
+	}
+	if s.hugeSizes, err = listHugePageSizes(cfg.SysRoot); err != nil {
+		return nil, err
+	}
+	if s.hugeBytes, err = s.readHugePages(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -262,6 +294,16 @@ func (s *Sampler) Node() (NodeSample, error) {
 		n.WorkingSetBytes = max(mi.TotalBytes-mi.AvailableBytes, 0)
 	}
 	n.AvailableBytes = n.CapacityBytes - n.WorkingSetBytes
+	if pool, err := s.readHugePages(); err != nil {
+		n.HugePagesError = err
+	} else {
+		s.hugeBytes = pool
+	}
+	n.HugePagesBytes = s.hugeBytes
+	if s.cfg.SubtractHugePages && n.HugePagesBytes > 0 {
+		n.AvailableBytes = subtractHugePages(n.AvailableBytes, n.HugePagesBytes)
+		n.HugePagesSubtracted = true
+	}
 
 	n.Some, n.Full, err = s.readPSI(s.procPSI)
 	if errors.Is(err, fs.ErrNotExist) && s.rootPSI != "" {

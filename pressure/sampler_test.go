@@ -29,6 +29,7 @@ func newTreeSampler(t testing.TB, root, pods string) *Sampler {
 	s, err := NewSampler(SamplerConfig{
 		CgroupRoot: filepath.Join(root, "cgroup"),
 		ProcRoot:   filepath.Join(root, "proc"),
+		SysRoot:    filepath.Join(root, "sys"), // none in these trees: no huge pages
 		PodsCgroup: pods,
 		Now:        func() time.Time { return time.Unix(1000, 0) },
 	})

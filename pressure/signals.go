@@ -81,8 +81,12 @@ func (o Observation) String() string {
 // only when the pods cgroup was read.
 func (n NodeSample) Observations() map[Signal]Observation {
 	obs := make(map[Signal]Observation, 6)
+	// The capacity is available + working set, as the kubelet's
+	// makeSignalObservations has it: MemTotal, or MemTotal less the huge
+	// page pool once that is subtracted (the working set alone when that
+	// left nothing available).
 	obs[SignalMemoryAvailable] = Observation{
-		Signal: SignalMemoryAvailable, Available: n.AvailableBytes, Capacity: n.CapacityBytes,
+		Signal: SignalMemoryAvailable, Available: n.AvailableBytes, Capacity: n.AvailableBytes + n.WorkingSetBytes,
 	}
 	if n.HasAllocatable {
 		obs[SignalAllocatableMemoryAvailable] = Observation{
