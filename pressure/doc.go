@@ -6,8 +6,8 @@
 //
 // # Sampling
 //
-// A Sampler (NewSampler(SamplerConfig{CgroupRoot, ProcRoot, SysRoot, PodsCgroup, SubtractHugePages}))
-// reads:
+// A Sampler (NewSampler(SamplerConfig{CgroupRoot, ProcRoot, SysRoot,
+// PodsCgroup, SubtractHugePages})) reads:
 //
 //   - Node: capacity from <proc-root>/meminfo (MemTotal). On a unified host
 //     whose root cgroup has the memory controller (Source SourceCgroupV2) the
@@ -19,6 +19,17 @@
 //     the kubelet's usage − inactive_file. memory.available = capacity −
 //     working set. Node PSI comes from <proc-root>/pressure/memory (else the
 //     unified root's memory.pressure).
+//
+//   - The huge page pool: every size's nr_hugepages × page size under
+//     <sys-root>/kernel/mm/hugepages, the source of cadvisor's machine info
+//     and so of the kubelet's node capacity hugepages-<size>. The sizes are
+//     listed once (the kernel fixes them at boot), the counts read at each
+//     sample. With SamplerConfig.SubtractHugePages (the kubelet from 1.37,
+//     HugepageAwareEviction) the pool is taken off memory.available, down
+//     to 0, and percentages of memory.available refer to available +
+//     working set, i.e. MemTotal less the pool; allocatableMemory.available
+//     is never adjusted, as in the kubelet. A pool that cannot be read at a
+//     sample keeps the last one read and sets NodeSample.HugePagesError.
 //
 //   - The pods cgroup (SamplerConfig.PodsCgroup): allocatableMemory.available
 //     = (its limit, or capacity) − its working set, and its PSI, which the PSI
