@@ -61,6 +61,11 @@ type Config struct {
 	ProcRoot             string   `json:"procRoot"`
 	PodsCgroup           string   `json:"podsCgroup"`
 	HousekeepingInterval Duration `json:"housekeepingInterval"`
+	// KubeletCompatibility is the kubelet release whose computation of
+	// memory.available cri-guard follows: "1.37" (the default) takes the
+	// node's huge page pool off it, as that kubelet does; "1.36" and
+	// "1.35" count the pool as available.
+	KubeletCompatibility KubeletRelease `json:"kubeletCompatibility"`
 
 	EvictionHard                     map[string]string `json:"evictionHard"`
 	EvictionSoft                     map[string]string `json:"evictionSoft"`
@@ -159,6 +164,7 @@ func Default() Config {
 		CgroupRoot:                       DefaultCgroupRoot,
 		ProcRoot:                         DefaultProcRoot,
 		HousekeepingInterval:             Duration{DefaultHousekeepingInterval},
+		KubeletCompatibility:             DefaultKubeletCompatibility,
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
 		EvictionPressureTransitionPeriod: Duration{DefaultEvictionPressureTransitionPeriod},
 		EvictionMaxPodGracePeriod:        Duration{0}, // the kubelet's: no default in v1beta1
@@ -322,6 +328,10 @@ func (c Config) Validate() error {
 	}
 	if c.HousekeepingInterval.Duration < 100*time.Millisecond {
 		add("housekeepingInterval", "must be at least 100ms, got %s", c.HousekeepingInterval)
+	}
+	if !c.KubeletCompatibility.valid() {
+		add("kubeletCompatibility", "must be %s, %s or %s (the kubelet release whose memory.available cri-guard computes), got %q",
+			Kubelet135, Kubelet136, Kubelet137, c.KubeletCompatibility)
 	}
 	if c.EvictionPressureTransitionPeriod.Duration < 0 {
 		add("evictionPressureTransitionPeriod", "must not be negative")
