@@ -145,7 +145,7 @@ func firingHardThresholds(cfg config.Config) ([]string, error) {
 	if len(hard) == 0 {
 		return nil, nil
 	}
-	s, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
+	s, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup, SubtractHugePages: cfg.SubtractHugePages()})
 	if err != nil {
 		return nil, err
 	}

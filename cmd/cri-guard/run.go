@@ -168,12 +168,13 @@ type guardParts struct {
 // housekeeping interval longer than WatchdogSec does not get a healthy
 // loop killed.
 func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger, m *metrics.Metrics, watchdog func(), watchdogEvery time.Duration, kc *lateKube) (guardParts, error) {
-	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup})
+	sampler, err := pressure.NewSampler(pressure.SamplerConfig{CgroupRoot: cfg.CgroupRoot, ProcRoot: cfg.ProcRoot, PodsCgroup: cfg.PodsCgroup, SubtractHugePages: cfg.SubtractHugePages()})
 	if err != nil {
 		return guardParts{}, err
 	}
 	source, podMem := sampler.Source()
-	logger.WithField("component", "pressure").WithField("source", source).WithField("pod_memory_cgroup", podMem).Info("memory stats source")
+	logger.WithField("component", "pressure").WithField("source", source).WithField("pod_memory_cgroup", podMem).
+		WithField("kubelet_compatibility", cfg.KubeletCompatibility).Info("memory stats source")
 	thresholds, err := cfg.Thresholds()
 	if err != nil {
 		return guardParts{}, err
