@@ -207,6 +207,14 @@ func (m *Manager) observe() {
 	}
 	m.statsErr = nil
 	m.lastSample = now
+	// the last pool read stands while the pool cannot be read: said once
+	// when that starts and once when it ends
+	switch {
+	case s.HugePagesError != nil && m.sample.HugePagesError == nil:
+		m.log.WithError(s.HugePagesError).WithField("observed", s.HugePagesBytes).Warn("cannot read the huge page pool: the last one read stands")
+	case s.HugePagesError == nil && m.sample.HugePagesError != nil:
+		m.log.WithField("observed", s.HugePagesBytes).Info("huge page pool readable again")
+	}
 	m.sample = s
 	obs := s.Observations()
 	m.fall.observe(now, obs)

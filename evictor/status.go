@@ -69,6 +69,10 @@ type Status struct {
 	// signals it lacks, error or not (a PSI file gone).
 	SignalErrors []string                                 `json:"signalErrors,omitempty"`
 	Observed     map[pressure.Signal]pressure.Observation `json:"observed,omitempty"`
+	// HugePagesBytes is the node's huge page pool in that sample;
+	// HugePagesSubtracted says memory.available had it taken off.
+	HugePagesBytes      int64 `json:"hugePagesBytes,omitempty"`
+	HugePagesSubtracted bool  `json:"hugePagesSubtracted,omitempty"`
 	// Thresholds are the thresholds in force, as the last evaluation saw
 	// them (before the first pass: unobserved).
 	Thresholds []pressure.ThresholdState `json:"-"`
@@ -138,8 +142,9 @@ func (m *Manager) publishLocked(ranked []Candidate) {
 		s.StatsError = m.statsErr.Error()
 	}
 	s.Observed = m.sample.Observations()
+	s.HugePagesBytes, s.HugePagesSubtracted = m.sample.HugePagesBytes, m.sample.HugePagesSubtracted
 	s.SignalErrors = nil
-	for _, err := range []error{m.sample.PSIError, m.sample.PodsError} {
+	for _, err := range []error{m.sample.PSIError, m.sample.PodsError, m.sample.HugePagesError} {
 		if err != nil {
 			s.SignalErrors = append(s.SignalErrors, err.Error())
 		}
