@@ -284,3 +284,21 @@ func TestBuildState(t *testing.T) {
 		t.Fatalf("state without a source = %+v, want none", s.State)
 	}
 }
+
+// TestBuildHugePages: the pool of the sample shown, and whether
+// memory.available had it taken off; none when the node has no pool.
+func TestBuildHugePages(t *testing.T) {
+	for _, tc := range []struct {
+		snap evictor.Status
+		want *HugePages
+	}{
+		{evictor.Status{HugePagesBytes: gi, HugePagesSubtracted: true}, &HugePages{Bytes: gi, Subtracted: true}},
+		{evictor.Status{HugePagesBytes: 6 << 20}, &HugePages{Bytes: 6 << 20}},
+		{evictor.Status{}, nil},
+	} {
+		s := Build(Sources{Snapshot: func() evictor.Status { return tc.snap }})
+		if !reflect.DeepEqual(s.HugePages, tc.want) {
+			t.Errorf("snapshot %+v: huge pages %+v, want %+v", tc.snap, s.HugePages, tc.want)
+		}
+	}
+}

@@ -28,6 +28,9 @@ type Status struct {
 	// SignalErrors say why signals are missing from the last sample, and
 	// which thresholds' signals it lacks.
 	SignalErrors []string `json:"signalErrors,omitempty"`
+	// HugePages is the node's huge page pool in the last sample; nil when
+	// it has none.
+	HugePages *HugePages `json:"hugePages,omitempty"`
 	// Conditions are the node conditions now set (MemoryPressure).
 	Conditions []string `json:"conditions"`
 	// Signals are the observed signals against their thresholds.
@@ -72,6 +75,14 @@ type State struct {
 	LastWriteError string    `json:"lastWriteError,omitempty"`
 	FailingSince   time.Time `json:"failingSince,omitzero"`
 	NextRetry      time.Time `json:"nextRetry,omitzero"`
+}
+
+// HugePages is the node's huge page pool.
+type HugePages struct {
+	Bytes int64 `json:"bytes"`
+	// Subtracted says memory.available has the pool taken off, as the
+	// kubelet does from 1.37 (kubeletCompatibility).
+	Subtracted bool `json:"subtracted"`
 }
 
 // API describes the connection to the API server.
@@ -189,6 +200,9 @@ func Build(src Sources) Status {
 	}
 	s.SampledAt, s.Source, s.StatsError, s.Met = snap.SampledAt, snap.Source, snap.StatsError, snap.Met
 	s.SignalErrors = snap.SignalErrors
+	if snap.HugePagesBytes > 0 {
+		s.HugePages = &HugePages{Bytes: snap.HugePagesBytes, Subtracted: snap.HugePagesSubtracted}
+	}
 	if snap.Conditions != nil {
 		s.Conditions = snap.Conditions
 	}

@@ -110,6 +110,9 @@ func printStatus(out io.Writer, st admin.Status) error {
 	for _, e := range st.SignalErrors {
 		fmt.Fprintf(w, "signal error:\t%s\n", e)
 	}
+	if h := st.HugePages; h != nil {
+		fmt.Fprintf(w, "huge pages:\t%s, %s\n", humanBytes(h.Bytes), map[bool]string{true: "taken off memory.available (kubelet 1.37)", false: "counted as available (kubelet 1.36 and older)"}[h.Subtracted])
+	}
 	conds := "none"
 	if len(st.Conditions) > 0 {
 		conds = strings.Join(st.Conditions, ", ")
