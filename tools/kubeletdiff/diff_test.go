@@ -25,10 +25,49 @@ const (
 )
 
 func TestDifferential(t *testing.T) {
-	r, err := run(testSeed, testCount)
+	r, err := run(testSeed, testCount, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkReport(t, r)
+	pooled := 0
+	for i := range testCount {
+		if len(newScenario(testSeed+int64(i)).HugePages) > 0 {
+			pooled++
+		}
+	}
+	if pooled == 0 {
+		t.Error("no random scenario has huge pages")
+	}
+	t.Logf("%d of %d random scenarios have huge pages", pooled, testCount)
+}
+
+// TestTargeted runs the hand-made scenarios (huge page pools at the edges
+// the kubelet from 1.37 sees), checks that the kubelet does what each says,
+// and that cri-guard agrees with it.
+func TestTargeted(t *testing.T) {
+	if !kubeletSubtractsHugePages() {
+		t.Fatal("the kubelet built here does not have HugepageAwareEviction on")
+	}
+	quietKlog()
+	r := newReport()
+	dir := t.TempDir()
+	for _, c := range targetedCases() {
+		if err := runScenario(c.Scenario, dir, r); err != nil {
+			t.Fatalf("%s: %v", c.Scenario.Name, err)
+		}
+		for i, want := range c.Want {
+			got := r.Kills[c.Scenario.Seed][i]
+			if !strings.HasPrefix(got, want) || (want == "") != (got == "") {
+				t.Errorf("%s step %d: kubelet evicts with %q, want %q", c.Scenario.Name, i, got, want)
+			}
+		}
+	}
+	checkReport(t, r)
+}
+
+func checkReport(t *testing.T, r *report) {
+	t.Helper()
 	var b strings.Builder
 	r.print(&b, 2)
 	t.Log("\n" + b.String())
@@ -52,7 +91,11 @@ func TestKubeletDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := newKubeletSide(kc, start)
+	node, err := kubeletNode(4<<30, t.TempDir()) // no huge pages
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := newKubeletSide(kc, start, node)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	"k8s.io/kubernetes/pkg/kubelet/kubeletconfig/configfiles"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
+	"k8s.io/kubernetes/pkg/kubelet/server/stats"
 	utilfs "k8s.io/kubernetes/pkg/util/filesystem"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -32,7 +33,7 @@ import (
 // pull go:linkname to the method's symbol: a method is a function whose first
 // argument is the receiver, so the declaration below has the same ABI as
 // func (m *managerImpl) synchronize(context.Context, DiskInfoProvider,
-// ActivePodsFunc) ([]*v1.Pod, error) in k8s.io/kubernetes v1.36.3 (pinned in
+// ActivePodsFunc) ([]*v1.Pod, error) in k8s.io/kubernetes v1.37.2 (pinned in
 // go.mod; 1.34 had no ctx: the linker does not check the signature, so
 // TestKubeletDriver checks a known eviction and a signature change cannot
 // pass silently).
@@ -56,8 +57,8 @@ type kubeletConfig struct {
 // loadKubeletConfig runs the kubelet's own file loader (decode, v1beta1
 // defaulting, conversion) on a KubeletConfiguration file holding the
 // scenario's eviction settings, then what cmd/kubelet/app/server.go
-// loadConfigFile (v1.36.3 lines 469-480) and pkg/kubelet/kubelet.go
-// NewMainKubelet (lines 519-535) do with it.
+// loadConfigFile and pkg/kubelet/kubelet.go
+// NewMainKubelet do with it.
 func loadKubeletConfig(dir string, yamlBody []byte) (kubeletConfig, error) {
 	name := filepath.Join(dir, "kubelet.yaml")
 	body := append([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"), yamlBody...)
@@ -100,12 +101,15 @@ func loadKubeletConfig(dir string, yamlBody []byte) (kubeletConfig, error) {
 
 // kubeletSide is one kubelet eviction manager with its fakes.
 type kubeletSide struct {
-	cfg     kubeletConfig
-	clock   *testingclock.FakeClock
-	mgr     eviction.Manager
-	admit   lifecycle.PodAdmitHandler
-	impl    unsafe.Pointer
+	cfg   kubeletConfig
+	clock *testingclock.FakeClock
+	mgr   eviction.Manager
+	admit lifecycle.PodAdmitHandler
+	impl  unsafe.Pointer
+	// summary is the step's stats, which the summary provider serves
+	// (summary.go); node is the Node it adjusts memory.available by.
 	summary *statsapi.Summary
+	node    *v1.Node
 	pods    []*v1.Pod
 	killed  []kubeletKill
 }
@@ -115,16 +119,6 @@ type kubeletKill struct {
 	Pod     *v1.Pod
 	Grace   int64
 	Message string
-}
-
-type fakeSummaryProvider struct{ k *kubeletSide }
-
-func (f fakeSummaryProvider) Get(context.Context, bool) (*statsapi.Summary, error) {
-	return f.k.summary, nil
-}
-
-func (f fakeSummaryProvider) GetCPUAndMemoryStats(context.Context) (*statsapi.Summary, error) {
-	return f.k.summary, nil
 }
 
 type fakeDiskInfoProvider struct{}
@@ -138,8 +132,8 @@ func (fakeGC) DeleteUnusedImages(context.Context) error              { return ni
 func (fakeGC) DeleteAllUnusedContainers(context.Context) error       { return nil }
 func (fakeGC) IsContainerFsSeparateFromImageFs(context.Context) bool { return false }
 
-func newKubeletSide(cfg kubeletConfig, start time.Time) (*kubeletSide, error) {
-	k := &kubeletSide{cfg: cfg, clock: testingclock.NewFakeClock(start)}
+func newKubeletSide(cfg kubeletConfig, start time.Time, node *v1.Node) (*kubeletSide, error) {
+	k := &kubeletSide{cfg: cfg, clock: testingclock.NewFakeClock(start), node: node}
 	kill := func(p *v1.Pod, _ bool, grace *int64, fn func(*v1.PodStatus)) error {
 		st := &v1.PodStatus{}
 		fn(st)
@@ -148,7 +142,8 @@ func newKubeletSide(cfg kubeletConfig, start time.Time) (*kubeletSide, error) {
 	}
 	nodeRef := &v1.ObjectReference{Kind: "Node", Name: "node", UID: types.UID("node"), Namespace: ""}
 	// A FakeRecorder without a channel drops events.
-	k.mgr, k.admit = eviction.NewManager(fakeSummaryProvider{k}, cfg.Eviction, kill, fakeGC{}, fakeGC{}, &record.FakeRecorder{}, nodeRef, k.clock, false)
+	summary := stats.NewSummaryProvider(context.Background(), fakeStatsProvider{k: k})
+	k.mgr, k.admit = eviction.NewManager(summary, cfg.Eviction, kill, fakeGC{}, fakeGC{}, &record.FakeRecorder{}, nodeRef, k.clock, false)
 	rv := reflect.ValueOf(k.mgr)
 	if got := rv.Type().String(); got != "*eviction.managerImpl" {
 		return nil, fmt.Errorf("kubelet eviction manager is a %s, want *eviction.managerImpl", got)

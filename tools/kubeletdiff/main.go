@@ -1,6 +1,6 @@
 // Command kubeletdiff is the differential test of cri-guard's eviction
 // decisions against the kubelet's own eviction manager (k8s.io/kubernetes
-// pkg/kubelet/eviction, v1.36.3, unmodified): random nodes, thresholds and
+// pkg/kubelet/eviction, v1.37.2, unmodified): random nodes, thresholds and
 // pods, the same inputs to both, every decision compared.
 //
 //	go run . -seed 1 -count 300
@@ -21,8 +21,9 @@ func main() {
 	seed := flag.Int64("seed", 1, "first scenario's seed (scenario i uses seed+i)")
 	count := flag.Int("count", 300, "number of scenarios")
 	examples := flag.Int("examples", 3, "examples printed per cause")
+	targeted := flag.Bool("targeted", true, "run the targeted scenarios (targeted.go) before the random ones")
 	flag.Parse()
-	r, err := run(*seed, *count)
+	r, err := run(*seed, *count, *targeted)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeletdiff:", err)
 		os.Exit(1)
@@ -30,8 +31,8 @@ func main() {
 	r.print(os.Stdout, *examples)
 }
 
-// run runs count scenarios from seed.
-func run(seed int64, count int) (*report, error) {
+// run runs the targeted scenarios, if asked, then count random ones from seed.
+func run(seed int64, count int, targeted bool) (*report, error) {
 	quietKlog()
 	dir, err := os.MkdirTemp("", "kubeletdiff")
 	if err != nil {
@@ -39,6 +40,13 @@ func run(seed int64, count int) (*report, error) {
 	}
 	defer os.RemoveAll(dir)
 	r := newReport()
+	if targeted {
+		for _, c := range targetedCases() {
+			if err := runScenario(c.Scenario, dir, r); err != nil {
+				return nil, fmt.Errorf("%s: %w", c.Scenario.Name, err)
+			}
+		}
+	}
 	for i := 0; i < count; i++ {
 		if err := runScenario(newScenario(seed+int64(i)), dir, r); err != nil {
 			return nil, err

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -53,10 +56,21 @@ type report struct {
 	Tallies   map[string]*tally
 	Diffs     []difference
 	NA        map[string]int // not-observable reasons
+	// Kills are the kubelet's eviction messages by seed and step, so that
+	// a targeted scenario's expectations can be checked against the
+	// kubelet itself.
+	Kills map[int64]map[int]string
+}
+
+func (r *report) kubeletKill(s *scenario, step int, message string) {
+	if r.Kills[s.Seed] == nil {
+		r.Kills[s.Seed] = map[int]string{}
+	}
+	r.Kills[s.Seed][step] = message
 }
 
 func newReport() *report {
-	r := &report{Tallies: map[string]*tally{}, NA: map[string]int{}}
+	r := &report{Tallies: map[string]*tally{}, NA: map[string]int{}, Kills: map[int64]map[int]string{}}
 	for _, f := range fieldOrder {
 		r.Tallies[f] = &tally{}
 	}
@@ -109,7 +123,32 @@ func runScenario(s *scenario, dir string, r *report) error {
 		}
 	}
 
-	k, err := newKubeletSide(kc, start)
+	// The node's files: the fake sysfs tree both cadvisor (for the
+	// kubelet's Node) and cri-guard's sampler read the huge page pool from,
+	// and the proc and cgroup files cri-guard's sampler reads memory from.
+	nodeDir := filepath.Join(dir, "node")
+	if err := os.RemoveAll(nodeDir); err != nil {
+		return err
+	}
+	if err := writeHugePages(filepath.Join(nodeDir, "sys"), s.HugePages); err != nil {
+		return err
+	}
+	node, err := kubeletNode(s.Capacity, filepath.Join(nodeDir, "sys"))
+	if err != nil {
+		return err
+	}
+	k, err := newKubeletSide(kc, start, node)
+	if err != nil {
+		return err
+	}
+	// Which release each side follows: the kubelet's feature gate, and
+	// what cri-guard's configuration says (kubeletCompatibility).
+	if kubeletSubtractsHugePages() != cc.SubtractHugePages() {
+		r.differ(difference{Field: FieldConfig, Seed: s.Seed, Cause: "huge pages: the kubelet and cri-guard follow different releases",
+			Detail: fmt.Sprintf("kubelet HugepageAwareEviction %v, cri-guard kubeletCompatibility %s", kubeletSubtractsHugePages(), cc.KubeletCompatibility)})
+	}
+	now := start
+	nodeFiles, err := newNodeFiles(filepath.Join(nodeDir), s.Capacity, cc.SubtractHugePages(), func() time.Time { return now })
 	if err != nil {
 		return err
 	}
@@ -123,7 +162,6 @@ func runScenario(s *scenario, dir string, r *report) error {
 	}
 	rules := cc.CriticalRules()
 	active := slices.Clone(s.Pods)
-	now := start
 	for i, st := range s.Steps {
 		now = now.Add(st.Advance)
 		k.clock.SetTime(now)
@@ -132,6 +170,13 @@ func runScenario(s *scenario, dir string, r *report) error {
 		if err != nil {
 			return fmt.Errorf("seed %d step %d: kubelet synchronize: %w", s.Seed, i, err)
 		}
+		if kk != nil {
+			r.kubeletKill(s, i, kk.Message)
+		}
+		ns, err := nodeFiles.sample(s.Capacity - st.NodeAvail)
+		if err != nil {
+			return fmt.Errorf("seed %d step %d: cri-guard sampler: %w", s.Seed, i, err)
+		}
 		var acting []actingThreshold
 		if kk != nil {
 			acting = k.actingThresholds()
@@ -139,7 +184,7 @@ func runScenario(s *scenario, dir string, r *report) error {
 		var evs [2]*evictor.Eviction
 		for j, c := range []*criSide{withReq, criOnly} {
 			c.now = now
-			c.node, c.stats = s.sample(st, active, now, c.requests)
+			c.node, c.stats = s.sample(ns, st, active, c.requests)
 			pods := make([]*pod.Pod, 0, len(active))
 			for _, p := range active {
 				cp, err := criPod(p, rules, now)
@@ -177,7 +222,7 @@ func runScenario(s *scenario, dir string, r *report) error {
 		s.compareEviction(r, i, st, active, kc.Eviction.MaxPodGracePeriodSeconds, cc.EvictionMaxPodGracePeriod.Duration, kk, acting, evs, scenCause)
 		// Admission of fresh pods.
 		for _, p := range s.probes() {
-			ka := k.admit.Admit(&lifecycle.PodAdmitAttributes{Pod: p.kubeletPod(), Operation: lifecycle.AddOperation})
+			ka := k.admit.Admit(context.Background(), &lifecycle.PodAdmitAttributes{Pod: p.kubeletPod(), Operation: lifecycle.AddOperation})
 			cpod, err := criPod(p, rules, now)
 			if err != nil {
 				return err
@@ -251,11 +296,11 @@ func (s *scenario) summary(st step, active []*podSpec, now time.Time) (*statsapi
 	return sum, pods
 }
 
-// sample is cri-guard's view of the same step.
-func (s *scenario) sample(st step, active []*podSpec, now time.Time, requests bool) (pressure.NodeSample, map[string]pressure.PodStats) {
-	n := pressure.NodeSample{Time: now, Source: pressure.SourceCgroupV2, CapacityBytes: s.Capacity,
-		WorkingSetBytes: s.Capacity - st.NodeAvail, AvailableBytes: st.NodeAvail,
-		HasAllocatable: true, AllocatableCapacityBytes: s.AllocCap, AllocatableAvailableBytes: st.AllocAvail}
+// sample is cri-guard's view of the same step: the node's figures as its
+// sampler read them from the step's files (n), the pods cgroup's and the
+// pods' from the scenario.
+func (s *scenario) sample(n pressure.NodeSample, st step, active []*podSpec, requests bool) (pressure.NodeSample, map[string]pressure.PodStats) {
+	n.HasAllocatable, n.AllocatableCapacityBytes, n.AllocatableAvailableBytes = true, s.AllocCap, st.AllocAvail
 	stats := map[string]pressure.PodStats{}
 	for _, p := range active {
 		u, ok := st.Usage[p.UID]

@@ -22,12 +22,18 @@ const mi = int64(1 << 20)
 // scenario is one random node: an eviction configuration, pods, and a
 // sequence of samples. Everything derives from Seed.
 type scenario struct {
-	Seed            int64
-	Cfg             cfgSpec
-	Capacity        int64 // node memory: available + working set
-	AllocCap        int64 // pods cgroup: available + working set
-	Pods            []*podSpec
-	Steps           []step
+	Seed     int64
+	Cfg      cfgSpec
+	Capacity int64 // node memory: available + working set
+	AllocCap int64 // pods cgroup: available + working set
+	Pods     []*podSpec
+	Steps    []step
+	// HugePages is the node's huge page pools (none: no pool); NodeAvail
+	// in a step is before the pool is taken off, what both sides' stats
+	// read (limit − working set).
+	HugePages []hugePool
+	// Name is a targeted scenario's; random ones have none.
+	Name            string
 	probeSeq        int
 	thresholdsBytes []int64 // candidate edges for samples
 }
@@ -54,6 +60,20 @@ type podSpec struct {
 	TGPS       *int64
 	Tolerates  bool // tolerates node.kubernetes.io/memory-pressure (invisible to CRI)
 	Containers []containerSpec
+}
+
+// hugePool is one huge page size's pool: nr_hugepages pages of PageKB.
+type hugePool struct {
+	PageKB, Pages int64
+}
+
+// hugePoolBytes is the node's huge page pool.
+func (s *scenario) hugePoolBytes() int64 {
+	var n int64
+	for _, p := range s.HugePages {
+		n += p.PageKB << 10 * p.Pages
+	}
+	return n
 }
 
 // step is one eviction pass: the clock advances, then both sides sample.
@@ -161,7 +181,46 @@ func newScenario(seed int64) *scenario {
 		}
 		s.Steps = append(s.Steps, st)
 	}
+	s.genHugePages(rand.New(rand.NewSource(seed ^ hugePagesStream)))
 	return s
+}
+
+// hugePagesStream keys the random stream of a scenario's huge pages: it is
+// separate so that everything else in a scenario is what its seed gave
+// before huge pages were generated.
+const hugePagesStream = 0x6875676570616765
+
+// genHugePages gives a third of the nodes a huge page pool (2 MiB pages,
+// 1 GiB pages or both, sometimes more than is available) and moves some of
+// their samples to the edges the kubelet from 1.37 sees: each
+// memory.available threshold (percentages of capacity less the pool) plus
+// the pool, and the pool itself (0 left).
+func (s *scenario) genHugePages(r *rand.Rand) {
+	if r.Intn(3) != 0 {
+		return
+	}
+	if r.Intn(4) != 0 {
+		s.HugePages = append(s.HugePages, hugePool{PageKB: 2048, Pages: pick(r, int64(1), 3, 64, 512, 1024, r.Int63n(1025))})
+	}
+	if len(s.HugePages) == 0 || r.Intn(3) == 0 {
+		s.HugePages = append(s.HugePages, hugePool{PageKB: 1 << 20, Pages: 1 + r.Int63n(2)})
+	}
+	pool := s.hugePoolBytes()
+	capa := max(s.Capacity-pool, 0)
+	edges := []int64{0}
+	reclaim, _ := valueBytes(s.Cfg.MinReclaim["memory.available"], capa)
+	for _, m := range []map[string]string{s.Cfg.Hard, s.Cfg.Soft} {
+		if b, ok := valueBytes(m["memory.available"], capa); ok {
+			edges = append(edges, b, b+reclaim)
+		}
+	}
+	for i := range s.Steps {
+		if r.Intn(2) == 0 {
+			continue
+		}
+		b := pool + edges[r.Intn(len(edges))] + pick(r, int64(-1), 0, 1, -50*mi, 50*mi)
+		s.Steps[i].NodeAvail = max(0, min(b, s.Capacity))
+	}
 }
 
 func (s *scenario) genAvail(r *rand.Rand, capa int64) int64 {
