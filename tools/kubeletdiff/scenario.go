@@ -352,6 +352,10 @@ func (c cfgSpec) yaml(cri bool) []byte {
 		// the node's pods cgroup, which the kubelet always knows: cri-guard
 		// watches allocatableMemory.available only with it
 		b.WriteString("podsCgroup: /kubepods\n")
+		// the pods' priority as a cluster policy stamps it in an annotation
+		// (contrib/policy/priority-annotation.yaml): no priority
+		// annotation is read unless the configuration names one
+		b.WriteString("critical: {priorityAnnotation: cri-guard.io/priority}\n")
 	}
 	return []byte(b.String())
 }
