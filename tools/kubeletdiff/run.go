@@ -103,6 +103,12 @@ func runScenario(s *scenario, dir string, r *report) error {
 		return nil
 	}
 	causes := compareConfig(s, kc, cc, ths)
+	// Which release each side follows: the kubelet's feature gate, and
+	// what cri-guard's configuration says (kubeletCompatibility).
+	if kubeletSubtractsHugePages() != cc.SubtractHugePages() {
+		causes = append(causes, cause{"huge pages: the kubelet and cri-guard follow different releases",
+			fmt.Sprintf("kubelet HugepageAwareEviction %v, cri-guard kubeletCompatibility %s", kubeletSubtractsHugePages(), cc.KubeletCompatibility)})
+	}
 	if len(causes) == 0 {
 		r.agree(FieldConfig)
 	} else {
@@ -140,12 +146,6 @@ func runScenario(s *scenario, dir string, r *report) error {
 	k, err := newKubeletSide(kc, start, node)
 	if err != nil {
 		return err
-	}
-	// Which release each side follows: the kubelet's feature gate, and
-	// what cri-guard's configuration says (kubeletCompatibility).
-	if kubeletSubtractsHugePages() != cc.SubtractHugePages() {
-		r.differ(difference{Field: FieldConfig, Seed: s.Seed, Cause: "huge pages: the kubelet and cri-guard follow different releases",
-			Detail: fmt.Sprintf("kubelet HugepageAwareEviction %v, cri-guard kubeletCompatibility %s", kubeletSubtractsHugePages(), cc.KubeletCompatibility)})
 	}
 	now := start
 	nodeFiles, err := newNodeFiles(filepath.Join(nodeDir), s.Capacity, cc.SubtractHugePages(), func() time.Time { return now })
