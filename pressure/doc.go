@@ -28,7 +28,12 @@
 //     HugepageAwareEviction) the pool is taken off memory.available, down
 //     to 0, and percentages of memory.available refer to available +
 //     working set, i.e. MemTotal less the pool; allocatableMemory.available
-//     is never adjusted, as in the kubelet. A pool that cannot be read at a
+//     is never adjusted, as in the kubelet. The kubelet's working set (memcg
+//     usage − inactive_file) never counts the pool, nor does a root
+//     memory.current; MemTotal − MemAvailable and MemTotal − MemFree do
+//     (the kernel takes the pool out of free memory), so with those the
+//     pool first leaves the working set: it is taken off once, and only
+//     the capacity of percentages moves. A pool that cannot be read at a
 //     sample keeps the last one read and sets NodeSample.HugePagesError.
 //
 //   - The pods cgroup (SamplerConfig.PodsCgroup): allocatableMemory.available

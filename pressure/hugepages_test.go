@@ -21,6 +21,20 @@ func hugeTree(t *testing.T, tree string) string {
 	return root
 }
 
+// rootCurrentTree is hugeTree of v2-lowmem with a root memory.current of
+// 5Gi and no inactive file: MemTotal 8Gi, a working set of 5Gi that, being
+// memcg usage, counts no huge pages (as the kubelet's), 3Gi available.
+func rootCurrentTree(t *testing.T) string {
+	t.Helper()
+	root := hugeTree(t, "v2-lowmem")
+	for name, body := range map[string]string{"memory.current": "5368709120\n", "memory.stat": "anon 5368709120\nfile 0\ninactive_file 0\n"} {
+		if err := os.WriteFile(filepath.Join(root, "cgroup", name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
 // setPages writes a pool's nr_hugepages ("2048kB": the 2 MiB pool).
 func setPages(t *testing.T, root, size, content string) {
 	t.Helper()
@@ -96,29 +110,40 @@ func TestHugePagesPool(t *testing.T) {
 	}
 }
 
-// TestHugePagesAvailable: the hybrid tree has MemTotal 8Gi and a working
-// set of 5Gi (3Gi available). The kubelet from 1.37 takes the pool off
-// memory.available, down to 0, and so off the capacity percentages refer
-// to (available + working set); up to 1.36 it does not.
+// TestHugePagesAvailable: both trees have MemTotal 8Gi and 3Gi available
+// without a pool. The kubelet from 1.37 takes the pool off memory.available,
+// down to 0, and percentages refer to available + a working set without
+// huge pages (MemTotal less the pool); up to 1.36 it does not. A root
+// memory.current counts no huge pages, as the kubelet's working set; a
+// MemAvailable (hybrid) already lacks the pool (the kernel takes it out of
+// free memory), so there the pool leaves the working set and is taken off
+// once, not twice: memory.available is MemAvailable, its capacity moves.
 func TestHugePagesAvailable(t *testing.T) {
 	tests := []struct {
-		name           string
+		name, tree     string
 		pages2M        string // nr_hugepages of the 2 MiB pool (the 1 GiB pool is emptied)
 		subtract       bool
+		wantWS         int64
 		wantAvail      int64
 		wantCapacity   int64
 		wantSubtracted bool
 	}{
-		{name: "1.36: the pool counts as available", pages2M: "512", wantAvail: 3 * gi, wantCapacity: 8 * gi},
-		{name: "1.37: the pool is taken off", pages2M: "512", subtract: true, wantAvail: 2 * gi, wantCapacity: 7 * gi, wantSubtracted: true},
-		{name: "1.37: no pool, nothing taken off", pages2M: "0", subtract: true, wantAvail: 3 * gi, wantCapacity: 8 * gi},
-		{name: "1.37: a pool as large as what is available leaves 0", pages2M: "1536", subtract: true, wantAvail: 0, wantCapacity: 5 * gi, wantSubtracted: true},
-		{name: "1.37: a larger pool clamps at 0", pages2M: "2048", subtract: true, wantAvail: 0, wantCapacity: 5 * gi, wantSubtracted: true},
-		{name: "1.36: a larger pool changes nothing", pages2M: "2048", wantAvail: 3 * gi, wantCapacity: 8 * gi},
+		{name: "1.36: the pool counts as available", tree: "current", pages2M: "512", wantWS: 5 * gi, wantAvail: 3 * gi, wantCapacity: 8 * gi},
+		{name: "1.37: the pool is taken off", tree: "current", pages2M: "512", subtract: true, wantWS: 5 * gi, wantAvail: 2 * gi, wantCapacity: 7 * gi, wantSubtracted: true},
+		{name: "1.37: no pool, nothing taken off", tree: "current", pages2M: "0", subtract: true, wantWS: 5 * gi, wantAvail: 3 * gi, wantCapacity: 8 * gi},
+		{name: "1.37: a pool as large as what is available leaves 0", tree: "current", pages2M: "1536", subtract: true, wantWS: 5 * gi, wantAvail: 0, wantCapacity: 5 * gi, wantSubtracted: true},
+		{name: "1.37: a larger pool clamps at 0", tree: "current", pages2M: "2048", subtract: true, wantWS: 5 * gi, wantAvail: 0, wantCapacity: 5 * gi, wantSubtracted: true},
+		{name: "1.36: a larger pool changes nothing", tree: "current", pages2M: "2048", wantWS: 5 * gi, wantAvail: 3 * gi, wantCapacity: 8 * gi},
+		{name: "meminfo, 1.36: as before", tree: "hybrid", pages2M: "512", wantWS: 5 * gi, wantAvail: 3 * gi, wantCapacity: 8 * gi},
+		{name: "meminfo, 1.37: the pool leaves the working set and is taken off once", tree: "hybrid", pages2M: "512", subtract: true,
+			wantWS: 4 * gi, wantAvail: 3 * gi, wantCapacity: 7 * gi, wantSubtracted: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			root := hugeTree(t, "hybrid")
+			root := rootCurrentTree(t)
+			if tc.tree == "hybrid" {
+				root = hugeTree(t, "hybrid")
+			}
 			setPages(t, root, "1048576kB", "0")
 			setPages(t, root, "2048kB", tc.pages2M+"\n")
 			s, err := hugeSampler(t, root, tc.subtract)
@@ -129,8 +154,8 @@ func TestHugePagesAvailable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.CapacityBytes != 8*gi || n.WorkingSetBytes != 5*gi {
-				t.Fatalf("capacity %d working set %d: the tree changed", n.CapacityBytes, n.WorkingSetBytes)
+			if n.CapacityBytes != 8*gi || n.WorkingSetBytes != tc.wantWS {
+				t.Errorf("capacity %d working set %d, want 8Gi and %d", n.CapacityBytes, n.WorkingSetBytes, tc.wantWS)
 			}
 			if n.AvailableBytes != tc.wantAvail || n.HugePagesSubtracted != tc.wantSubtracted {
 				t.Errorf("available %d subtracted %v, want %d %v", n.AvailableBytes, n.HugePagesSubtracted, tc.wantAvail, tc.wantSubtracted)
@@ -166,13 +191,13 @@ func TestHugePagesAllocatableUnchanged(t *testing.T) {
 		t.Errorf("allocatable without %d/%d, with %d/%d: want the same", got[0].AllocatableAvailableBytes, got[0].AllocatableCapacityBytes,
 			got[1].AllocatableAvailableBytes, got[1].AllocatableCapacityBytes)
 	}
-	if got[0].AvailableBytes == got[1].AvailableBytes {
-		t.Error("memory.available the same with and without the pool taken off")
+	if got[0].Observations()[SignalMemoryAvailable].Capacity == got[1].Observations()[SignalMemoryAvailable].Capacity {
+		t.Error("memory.available's capacity the same with and without the pool taken off")
 	}
 }
 
 // TestHugePagesPercentThreshold: a hard memory.available<30% on the 8Gi
-// node with 3Gi available and a 1Gi pool. Up to 1.36: 30% of 8Gi is
+// node with 3Gi available (root memory.current) and a 1Gi pool. Up to 1.36: 30% of 8Gi is
 // 2457.6Mi, 3Gi is above it. From 1.37: 30% of 7Gi is 2150.4Mi and 2Gi is
 // below it: the threshold is met, and the message's quantity is 30% of 7Gi.
 func TestHugePagesPercentThreshold(t *testing.T) {
@@ -188,7 +213,7 @@ func TestHugePagesPercentThreshold(t *testing.T) {
 		{subtract: false, wantMet: false, wantLimit: int64(float64(8*gi) * float64(float32(0.3)))},
 		{subtract: true, wantMet: true, wantLimit: int64(float64(7*gi) * float64(float32(0.3)))},
 	} {
-		root := hugeTree(t, "hybrid")
+		root := rootCurrentTree(t)
 		setPages(t, root, "1048576kB", "1")
 		setPages(t, root, "2048kB", "0")
 		s, err := hugeSampler(t, root, tc.subtract)
@@ -214,7 +239,7 @@ func TestHugePagesPercentThreshold(t *testing.T) {
 // sample keeps the last one read (the kubelet keeps its last machine info)
 // and says why; memory.available stands.
 func TestHugePagesReadFailureKeepsLastPool(t *testing.T) {
-	root := hugeTree(t, "hybrid")
+	root := rootCurrentTree(t)
 	setPages(t, root, "1048576kB", "0")
 	s, err := hugeSampler(t, root, true)
 	if err != nil {

@@ -62,10 +62,15 @@ type NodeSample struct {
 	Source string
 	// CapacityBytes is MemTotal.
 	CapacityBytes int64
-	// WorkingSetBytes is usage - inactive_file (or MemTotal - MemAvailable).
+	// WorkingSetBytes is usage - inactive_file (or MemTotal - MemAvailable);
+	// with HugePagesSubtracted, less the huge page pool where it counts
+	// the pool (every source but a root memory.current), as the kubelet's
+	// working set never does.
 	WorkingSetBytes int64
 	// AvailableBytes is memory.available: CapacityBytes - WorkingSetBytes,
 	// and with HugePagesSubtracted less HugePagesBytes, down to 0 at most.
+	// Where the working set counted the pool, the pool was already out of
+	// it before, so that only the capacity its percentages refer to moves.
 	AvailableBytes int64
 	// HugePagesBytes is the node's huge page pool (every size's
 	// nr_hugepages × page size: the kubelet's hugepages-<size> capacity);
@@ -154,6 +159,11 @@ type Sampler struct {
 	mu         sync.Mutex
 	r          fileReader
 	hasRootCur bool
+	// wsHoldsPool: the node working set counts the huge page pool (it is
+	// MemTotal − MemAvailable, or MemTotal − MemFree − inactive_file: the
+	// kernel takes the pool out of free memory), which the kubelet's
+	// (memcg usage − inactive_file) never does.
+	wsHoldsPool bool
 	// hugeBytes is the last huge page pool read.
 	hugeBytes int64
 	// fresh PSI averages of the node and of the pods cgroup (see psiAverage).
@@ -201,6 +211,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		_, err := os.Stat(s.rootCur)
 		s.hasRootCur = err == nil
 	}
+	s.wsHoldsPool = !s.hasRootCur
 	if _, err := s.readMeminfo(); err != nil {
 		return nil, err
 	}
@@ -301,7 +312,11 @@ func (s *Sampler) Node() (NodeSample, error) {
 	}
 	n.HugePagesBytes = s.hugeBytes
 	if s.cfg.SubtractHugePages && n.HugePagesBytes > 0 {
-		n.AvailableBytes = subtractHugePages(n.AvailableBytes, n.HugePagesBytes)
+		if s.wsHoldsPool {
+			// the kubelet's working set has no huge pages in it
+			n.WorkingSetBytes = max(n.WorkingSetBytes-n.HugePagesBytes, 0)
+		}
+		n.AvailableBytes = subtractHugePages(n.CapacityBytes-n.WorkingSetBytes, n.HugePagesBytes)
 		n.HugePagesSubtracted = true
 	}
 
