@@ -171,17 +171,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(c.limiter,
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes", Clock: c.clock})
-	c.queue.Store(&q)
-	nodes, err := c.nodes.List(labels.Everything())
-	if err != nil { // the lister of a synced cache does not fail
-		c.queue.Store(nil)
+	if err := c.begin(q); err != nil {
 		q.ShutDown()
-		return fmt.Errorf("list cached nodes: %w", err)
+		return err
 	}
-	for _, n := range nodes {
-		q.Add(n.Name)
-	}
-	c.log.WithField("nodes", len(nodes)).Info("reconciling node taints")
 	var wg sync.WaitGroup
 	for range c.cfg.Workers {
 		wg.Go(func() {
@@ -193,6 +186,23 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.queue.Store(nil)
 	q.ShutDown()
 	wg.Wait()
+	return nil
+}
+
+// begin makes q the term's queue and queues every cached Node: the
+// informer's events are dropped while no term runs, and a new leader
+// trusts nothing the previous one did.
+func (c *Controller) begin(q workqueue.TypedRateLimitingInterface[string]) error {
+	c.queue.Store(&q)
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil { // the lister of a synced cache does not fail
+		c.queue.Store(nil)
+		return fmt.Errorf("list cached nodes: %w", err)
+	}
+	for _, n := range nodes {
+		q.Add(n.Name)
+	}
+	c.log.WithField("nodes", len(nodes)).Info("reconciling node taints")
 	return nil
 }
 
