@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -140,8 +140,8 @@ type harness struct {
 	api   *apiServer
 	c     *Controller
 	store cache.Store // the informer's cache
-	clk *clocktesting.FakeClock
-	q   workqueue.TypedRateLimitingInterface[string]
+	clk   *clocktesting.FakeClock
+	q     workqueue.TypedRateLimitingInterface[string]
 }
 
 // newHarness builds a controller over api with a synced informer and a
