@@ -49,17 +49,17 @@ func TestClusterControllerPolicy(t *testing.T) {
 		message string
 	}{
 		{"an annotation", []string{"annotate", node, "cri-guard-test=x"}, "may not change a Node's annotations"},
-		{"another taint", []string{"taint", node, "cri-guard-test=x:NoSchedule"}, "may not change a Node's other taints"},
+		{"another taint", []string{"taint", "nodes", clusterNode, "cri-guard-test=x:NoSchedule"}, "may not change a Node's other taints"},
 		{"a cordon", []string{"cordon", clusterNode}, "may not cordon or uncordon a Node"},
 		{"a finalizer", []string{"patch", node, "--type=merge", "-p", `{"metadata":{"finalizers":["cri-guard.io/test"]}}`}, "may not change a Node's finalizers"},
-		{"the taint with NoExecute", []string{"taint", node, "cri-guard.io/memory-pressure=:NoExecute"}, "only with an allowed effect"},
+		{"the taint with NoExecute", []string{"taint", "nodes", clusterNode, "cri-guard.io/memory-pressure=:NoExecute"}, "only with an allowed effect"},
 	}
 	for _, r := range refused {
 		if err := try(r.args...); err == nil || !strings.Contains(err.Error(), r.message) {
 			t.Errorf("%s by the controller: %v, want refused with %q", r.what, err, r.message)
 		}
 	}
-	if err := try("taint", node, "cri-guard.io/memory-pressure=:NoSchedule"); err != nil {
+	if err := try("taint", "nodes", clusterNode, "cri-guard.io/memory-pressure=:NoSchedule"); err != nil {
 		t.Errorf("the taint with NoSchedule by the controller: %v, want allowed", err)
 	}
 	// the policy binds the controller's identity only: the admin may still label
