@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -15,6 +16,16 @@ import (
 func TestErrTransport(t *testing.T) {
 	fake, c := newTestClient(t)
 	ctx := testCtx(t)
+	// connected first: gRPC publishes a new connection's READY state a
+	// moment after the first call may already have gone through it
+	if err := c.Invoke(ctx, runtimeapi.RuntimeService_Version_FullMethodName, NewFrame(nil), new(Frame)); err != nil {
+		t.Fatal(err)
+	}
+	for c.State() != connectivity.Ready {
+		if !c.conn.WaitForStateChange(ctx, c.State()) {
+			t.Fatal("not connected")
+		}
+	}
 	fake.Runtime.InjectError("Version", status.Error(codes.Unavailable, "busy"))
 	err := c.Invoke(ctx, runtimeapi.RuntimeService_Version_FullMethodName, NewFrame(nil), new(Frame))
 	if status.Code(err) != codes.Unavailable || errors.Is(err, ErrTransport) {
