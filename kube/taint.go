@@ -136,6 +136,10 @@ func (c *Client) writeTaint(ctx context.Context) time.Duration {
 			Warn("node taint unavailable: this identity may not patch the Node (contrib/rbac.yaml); the scheduler will keep sending pods cri-guard refuses")
 		return time.Hour
 	default:
+		// the write may have landed all the same (a deadline, a stop, a
+		// connection lost under it): not known until the Node's cache
+		// says, and a stop removes it whatever it was
+		t.present = nil
 		t.tries++
 		d := c.backoff(t.tries)
 		t.next = c.now().Add(d)
@@ -156,10 +160,17 @@ func (c *Client) removeTaint() {
 		return
 	}
 	srv, effect, n := t.srv, t.effect, c.cachedNode()
+	if n != nil && (t.present == nil || t.writtenRV != 0 && nodeResourceVersion(n) < t.writtenRV) {
+		// a write whose outcome is not known, or the cache has not seen
+		// the last taint written: a patch built from it might find
+		// nothing to remove
+		n = nil
+	}
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
-	// a Node never cached is read, once, on the way out
+	// a Node never cached (or cached before the last write) is read,
+	// once, on the way out
 	changed, _, err := setTaint(ctx, srv, c.node, n, effect, false)
 	c.mu.Lock()
 	defer c.mu.Unlock()

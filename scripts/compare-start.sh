@@ -74,7 +74,7 @@ readonly_state() { mkdir -p "$w/ro"; mountpoint -q "$w/ro" || mount -t tmpfs -o 
 lock_dir() { mkdir -p "$1/state/.lock"; }
 metrics_held() {
   local port=$((20000 + RANDOM % 20000))
-  setpriv --reuid=65534 --regid=65534 --clear-groups python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(); time.sleep(60)" &
+  setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(); time.sleep(60)" &
   pids+=($!); sleep 0.5
   sed -i "s|^metricsAddress: .*|metricsAddress: 127.0.0.1:$port|" "$1/config.yaml"
 }
@@ -83,7 +83,7 @@ world_writable_dir() { mkdir -p "$1/run"; chmod 0777 "$1/run"; }
 nothing() { :; }
 reload_fires() {
   echo "evictionHard: {memory.available: 100Ti}" >>"$1/config.yaml"; kill -HUP "$2"; sleep 1
-  grep -m1 -E 'reload|thresholds' "$1/log" | sed -E 's/^time="[^"]*" /  reload: /' | cut -c1-150 || true
+  grep -m1 "component=reload" "$1/log" | sed -E 's/^time="[^"]*" /  reload: /' | cut -c1-150 || true
 }
 dir_mode() { printf '  socket dir mode after start: %s\n' "$(stat -c %a "$1/run")"; }
 
