@@ -50,7 +50,8 @@ func TestClusterControllerPolicy(t *testing.T) {
 	}{
 		{"an annotation", []string{"annotate", node, "cri-guard-test=x"}, "may not change a Node's annotations"},
 		{"another taint", []string{"taint", "nodes", clusterNode, "cri-guard-test=x:NoSchedule"}, "may not change a Node's other taints"},
-		{"a cordon", []string{"cordon", clusterNode}, "may not cordon or uncordon a Node"},
+		// a patch, not `kubectl cordon`: that one exits 0 when its patch is refused
+		{"a cordon", []string{"patch", node, "--type=merge", "-p", `{"spec":{"unschedulable":true}}`}, "may not cordon or uncordon a Node"},
 		{"a finalizer", []string{"patch", node, "--type=merge", "-p", `{"metadata":{"finalizers":["cri-guard.io/test"]}}`}, "may not change a Node's finalizers"},
 		{"the taint with NoExecute", []string{"taint", "nodes", clusterNode, "cri-guard.io/memory-pressure=:NoExecute"}, "only with an allowed effect"},
 	}
