@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/cri-guard/cri-guard/controller"
+	"github.com/cri-guard/cri-guard/internal/logging"
 )
 
 // defaultMetricsAddress is next to the daemon's metrics port (9713).
@@ -143,7 +144,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "cri-guard-controller:", err)
 		os.Exit(2)
 	}
-	log, err := newLogger(o.LogLevel, o.LogFormat, os.Stderr)
+	log, err := logging.New(o.LogLevel, o.LogFormat, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cri-guard-controller:", err)
 		os.Exit(2)

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/cri-guard/cri-guard/internal/logging"
 )
 
 func main() {
@@ -37,7 +39,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cri-guard: %v\n", err)
 		return 2
 	}
-	logger, err := newLogger(opts.Config.Log.Level, opts.Config.Log.Format, stderr)
+	logger, err := logging.New(opts.Config.Log.Level, opts.Config.Log.Format, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "cri-guard: %v\n", err)
 		return 2

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/internal/logging"
 	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
 )
 
@@ -71,7 +72,7 @@ func TestNewLogger(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			l, err := newLogger(tt.level, tt.format, &buf)
+			l, err := logging.New(tt.level, tt.format, &buf)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}

@@ -1,4 +1,8 @@
-package main
+// Package logging builds the process logger of cri-guard's binaries (the
+// daemon and the taint controller), so that both write the same format:
+// logrus, text or JSON, millisecond timestamps. It imports nothing of the
+// project.
+package logging
 
 import (
 	"fmt"
@@ -7,9 +11,9 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// newLogger builds the process logger as the daemon does; components get
-// Entries with a component field from it.
-func newLogger(level, format string, out io.Writer) (*logrus.Logger, error) {
+// New builds the process logger; components get Entries with a component
+// field from it.
+func New(level, format string, out io.Writer) (*logrus.Logger, error) {
 	l := logrus.New()
 	l.SetOutput(out)
 	lvl, err := logrus.ParseLevel(level)
