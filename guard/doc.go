@@ -161,8 +161,11 @@
 // ago or more, and kept unsettled otherwise (containerd may still be
 // creating it under the cut-off call: the name reserved, the sandbox not
 // listed yet); when it cannot finish, the loop
-// serves degraded (ServeDegraded) and RetryRestore completes it on the
-// loop later.
+// serves degraded (ServeDegraded) and RetryRestore completes it later:
+// the records, the listing and the sandboxes' statuses are read off the
+// loop, bounded by the caller's deadline, and applied on it, as a listing
+// is; a record whose pod an outcome touched (or dropped) since the read
+// started keeps what the outcome said.
 //
 // Package guard imports pod, evictor, pressure, checkpoint and
 // runtimeproxy (their types, through small interfaces); it never imports

@@ -37,6 +37,10 @@ type fakeRuntime struct {
 	listHold  chan struct{}
 	listTaken chan struct{}
 	listsHeld int
+	// statusHold, when set, makes PodSandboxStatus wait for it to be
+	// closed (or ctx), statusTaken told of each call held.
+	statusHold  chan struct{}
+	statusTaken chan struct{}
 	// stopErrs are returned by the next StopPodSandbox calls, one each;
 	// stopHang, when set, makes StopPodSandbox wait for it or ctx.
 	stopErrs []error
@@ -144,7 +148,39 @@ func (f *fakeRuntime) held() int {
 	return f.listsHeld
 }
 
-func (f *fakeRuntime) PodSandboxStatus(_ context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error) {
+// holdStatuses makes every PodSandboxStatus from now on wait until
+// release is called (once or more); taken receives once per call held.
+func (f *fakeRuntime) holdStatuses() (taken <-chan struct{}, release func()) {
+	hold, tk := make(chan struct{}), make(chan struct{}, 16)
+	f.mu.Lock()
+	f.statusHold, f.statusTaken = hold, tk
+	f.mu.Unlock()
+	var once sync.Once
+	return tk, func() {
+		once.Do(func() {
+			f.mu.Lock()
+			f.statusHold, f.statusTaken = nil, nil
+			f.mu.Unlock()
+			close(hold)
+		})
+	}
+}
+
+func (f *fakeRuntime) PodSandboxStatus(ctx context.Context, id string) (*runtimeapi.PodSandboxStatusResponse, error) {
+	f.mu.Lock()
+	hold, taken := f.statusHold, f.statusTaken
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case taken <- struct{}{}:
+		default:
+		}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, ok := f.statuses[id]

@@ -170,11 +170,14 @@ type Loop struct {
 	gen         uint64               // the generation of the last outcome recorded (touch)
 	changed     map[string]uint64    // pod keys: the generation of the last outcome recorded of their sandbox
 	unsettled   map[string]time.Time // pending records no call will settle: when a listing without their sandbox drops them
-	calls       map[string]int       // pod keys: the RunPodSandbox calls in flight that admitted a pending record
-	wake        wakeups              // the running wake-ups
-	fp          *fastPoller          // the fast poll while Run runs; nil when off
-	closeOnce   sync.Once
-	done        chan struct{}
+	// restoreDrops: while a retried restore reads (RetryRestore), the
+	// records dropped since it started; nil otherwise
+	restoreDrops map[string]bool
+	calls        map[string]int // pod keys: the RunPodSandbox calls in flight that admitted a pending record
+	wake         wakeups        // the running wake-ups
+	fp           *fastPoller    // the fast poll while Run runs; nil when off
+	closeOnce    sync.Once
+	done         chan struct{}
 
 	mu   sync.Mutex // guards view
 	view []*pod.Pod

@@ -2,11 +2,13 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 )
@@ -15,6 +17,9 @@ import (
 // the refused pods queued for eviction (EnforceRestored).
 type RestoreReport struct {
 	Records, Dropped, Completed, Unsettled, Adopted, Admitted, Refused, Evicting int
+	// Newer counts the records a retried restore left as the loop had
+	// them: an outcome recorded since the restore read them is newer.
+	Newer int
 }
 
 // pendingGrace is how long a pending record whose sandbox the runtime does
@@ -55,15 +60,35 @@ func (l *Loop) Degraded() error {
 	return nil
 }
 
-// RetryRestore runs the restore on the loop goroutine (the loop serves
-// meanwhile, degraded), bounded by ctx; on success the loop is no longer
-// degraded.
+// RetryRestore completes a restore while the loop serves, degraded: the
+// records, the runtime's sandboxes and their statuses are read on the
+// caller's goroutine, bounded by ctx, and applied on the loop (the loop
+// never waits on the disk or the runtime); on success the loop is no
+// longer degraded. The read is a picture taken while the loop went on: a
+// pod whose outcome the loop recorded since the read started (admitted,
+// created, stopped, removed while degraded) keeps what its outcome said.
 func (l *Loop) RetryRestore(ctx context.Context) (RestoreReport, error) {
 	var (
-		rep RestoreReport
-		err error
+		rep   RestoreReport
+		since uint64
+		werr  error
 	)
-	if derr := l.do(ctx, func() { rep, err = l.restore(ctx) }); derr != nil {
+	if err := l.do(ctx, func() { since, werr = l.watchRestore() }); err != nil {
+		return rep, err
+	}
+	if werr != nil {
+		return rep, werr
+	}
+	read, err := l.readRestore(ctx)
+	if derr := l.do(ctx, func() {
+		if err == nil {
+			rep = l.applyRestore(since, read)
+		}
+		l.restoreDrops = nil // the read failed: watched no longer
+	}); derr != nil {
+		// the loop never took the apply: nothing was restored, and the
+		// drops watched for it are watched no longer
+		l.post(func() { l.restoreDrops = nil })
 		return rep, derr
 	}
 	if err == nil {
@@ -74,37 +99,137 @@ func (l *Loop) RetryRestore(ctx context.Context) (RestoreReport, error) {
 	return rep, err
 }
 
-// restore is Restore's work (before Run, or on the loop goroutine).
+// errRestoreUnderWay refuses a retried restore while another one reads.
+var errRestoreUnderWay = errors.New("restore: another restore is under way")
+
+// watchRestore marks a retried restore's read as started (loop
+// goroutine): from now on a dropped record is remembered (drop), as a
+// read that started before the drop may still show it. It returns the
+// generation the read starts at.
+func (l *Loop) watchRestore() (uint64, error) {
+	if l.restoreDrops != nil {
+		return 0, errRestoreUnderWay
+	}
+	l.restoreDrops = map[string]bool{}
+	return l.gen, nil
+}
+
+// restore is Restore's work, before Run: read and apply at once.
 func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
-	var rep RestoreReport
+	read, err := l.readRestore(ctx)
+	if err != nil {
+		return RestoreReport{}, err
+	}
+	return l.applyRestore(l.gen, read), nil
+}
+
+// restoreRead is what a restore reads of the disk and the runtime: the
+// records, the runtime's sandboxes, and the status of every sandbox a
+// record names or that may be adopted (a ready one).
+type restoreRead struct {
+	recs     []checkpoint.Record
+	sbs      []*runtimeapi.PodSandbox
+	byID     map[string]*runtimeapi.PodSandbox
+	byKey    map[string]*runtimeapi.PodSandbox // by pod key (uid, attempt)
+	statuses map[string]statusRead             // by sandbox id
+}
+
+// statusRead is one PodSandboxStatus answer, as a restore read it.
+type statusRead struct {
+	resp *runtimeapi.PodSandboxStatusResponse
+	err  error
+}
+
+// readRestore reads the records, lists the runtime's sandboxes and asks
+// the status of those the restore needs, bounded by ctx (never on the
+// loop: it touches no loop state).
+func (l *Loop) readRestore(ctx context.Context) (restoreRead, error) {
 	recs, err := l.store.List()
 	if err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
+		return restoreRead{}, fmt.Errorf("restore: %w", err)
 	}
 	sbs, err := l.rt.ListPodSandbox(ctx, nil)
 	if err != nil {
-		return rep, fmt.Errorf("restore: %w", err)
+		return restoreRead{}, fmt.Errorf("restore: %w", err)
 	}
-	rep.Records = len(recs)
-	byID := make(map[string]*runtimeapi.PodSandbox, len(sbs))
-	byKey := make(map[string]*runtimeapi.PodSandbox, len(sbs))
+	r := restoreRead{recs: recs, sbs: sbs,
+		byID:     make(map[string]*runtimeapi.PodSandbox, len(sbs)),
+		byKey:    make(map[string]*runtimeapi.PodSandbox, len(sbs)),
+		statuses: make(map[string]statusRead, len(sbs)),
+	}
 	for _, sb := range sbs {
-		byID[sb.GetId()] = sb
+		r.byID[sb.GetId()] = sb
 		md := sb.GetMetadata()
-		byKey[pod.Key(md.GetUid(), md.GetAttempt())] = sb
+		r.byKey[pod.Key(md.GetUid(), md.GetAttempt())] = sb
 	}
-	known := map[string]bool{}
+	need := map[string]bool{}
+	for _, sb := range sbs {
+		need[sb.GetId()] = sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY
+	}
 	for _, rec := range recs {
+		if sb, ok := r.sandboxOf(rec); ok {
+			need[sb.GetId()] = true
+		}
+	}
+	for _, sb := range sbs {
+		if !need[sb.GetId()] {
+			continue
+		}
+		st, err := l.rt.PodSandboxStatus(ctx, sb.GetId())
+		if ctx.Err() != nil {
+			return restoreRead{}, fmt.Errorf("restore: sandbox %q status: %w", sb.GetId(), ctx.Err())
+		}
+		r.statuses[sb.GetId()] = statusRead{st, err}
+	}
+	return r, nil
+}
+
+// sandboxOf is the listed sandbox a record names, or for a pending
+// record (no id yet) the one listed for its attempt.
+func (r *restoreRead) sandboxOf(rec checkpoint.Record) (*runtimeapi.PodSandbox, bool) {
+	if rec.SandboxID != "" {
+		sb, ok := r.byID[rec.SandboxID]
+		return sb, ok
+	}
+	sb, ok := r.byKey[rec.Pod.Key()]
+	return sb, ok
+}
+
+// applyRestore reconciles what a restore read (started at generation
+// since) with the loop's pods and replays the live pods through admission
+// (loop goroutine, or before Run). A record whose pod an outcome touched
+// since the read started, or dropped meanwhile, is left as the outcome
+// said.
+func (l *Loop) applyRestore(since uint64, read restoreRead) RestoreReport {
+	rep := RestoreReport{Records: len(read.recs)}
+	dropped := l.restoreDrops // this restore's own drops are not newer
+	l.restoreDrops = nil
+	newer := func(key string) bool { return l.changed[key] > since || dropped[key] }
+	known := map[string]bool{}
+	for _, rec := range read.recs {
+		sb, ok := read.sandboxOf(rec)
+		key := rec.Pod.Key()
+		if newer(key) {
+			rep.Newer++
+			if ok {
+				known[sb.GetId()] = true // not adopted from the stale picture either
+			}
+			continue
+		}
 		p := rec.Pod.Clone()
 		p.State, p.SandboxID = rec.State, rec.SandboxID
-		sb, ok := byID[p.SandboxID]
-		if p.SandboxID == "" {
-			// pending: did containerd create it before we went down?
-			sb, ok = byKey[p.Key()]
-			if ok {
-				p.SandboxID = sb.GetId()
-				rep.Completed++
+		if cur, held := l.pods[key]; held {
+			// served degraded: what the loop holds is at least as new as
+			// the disk (whose write may not have landed yet)
+			p = cur.Clone()
+			if p.SandboxID != "" && p.SandboxID != rec.SandboxID {
+				sb, ok = read.byID[p.SandboxID]
 			}
+		}
+		if ok && p.SandboxID == "" {
+			// pending: containerd created it before we went down
+			p.SandboxID = sb.GetId()
+			rep.Completed++
 		}
 		// a record dated after now (the clock stepped back across the
 		// restart) counts as written now
@@ -127,11 +252,12 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 		if !ok || known[sb.GetId()] {
 			l.log.WithFields(podFields(p)).WithField("state", rec.State).Debug("restore: record dropped: the runtime has no such sandbox")
 			l.drop(p.Key())
+			delete(l.pods, p.Key())
 			rep.Dropped++
 			continue
 		}
 		known[sb.GetId()] = true
-		p = l.rederive(ctx, p, sb)
+		p = l.rederive(p, sb, read.statuses[sb.GetId()])
 		if !p.EvictedAt.IsZero() {
 			l.ev.MarkEvicted(p, p.EvictedAt)
 		}
@@ -145,16 +271,16 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 			l.save(p)
 		}
 	}
-	for _, sb := range sbs {
+	for _, sb := range read.sbs {
 		if known[sb.GetId()] || sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
 			continue
 		}
-		p, err := l.adopt(ctx, sb)
+		p, err := l.adopt(sb, read.statuses[sb.GetId()])
 		if err != nil {
 			l.log.WithError(err).WithField("pod_sandbox_id", sb.GetId()).Warn("cannot adopt sandbox")
 			continue
 		}
-		if _, dup := l.pods[p.Key()]; dup {
+		if _, dup := l.pods[p.Key()]; dup || newer(p.Key()) {
 			continue
 		}
 		l.pods[p.Key()] = p
@@ -187,8 +313,8 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 	l.publish()
 	l.log.WithField("records", rep.Records).WithField("dropped", rep.Dropped).WithField("completed", rep.Completed).WithField("unsettled", rep.Unsettled).
 		WithField("adopted", rep.Adopted).WithField("admitted", rep.Admitted).WithField("refused", rep.Refused).
-		WithField("evicting", rep.Evicting).Info("restore done")
-	return rep, nil
+		WithField("evicting", rep.Evicting).WithField("newer", rep.Newer).Info("restore done")
+	return rep
 }
 
 // rederive takes from containerd what it can tell of a restored pod (the
@@ -197,8 +323,8 @@ func (l *Loop) restore(ctx context.Context) (RestoreReport, error) {
 // it first saw the pod, whether it evicted it): a forged or stale record
 // cannot make a critical pod evictable. When containerd cannot say, the
 // record stands.
-func (l *Loop) rederive(ctx context.Context, rec *pod.Pod, sb *runtimeapi.PodSandbox) *pod.Pod {
-	fresh, err := l.adopt(ctx, sb)
+func (l *Loop) rederive(rec *pod.Pod, sb *runtimeapi.PodSandbox, st statusRead) *pod.Pod {
+	fresh, err := l.adopt(sb, st)
 	if err != nil || len(fresh.Warnings) > 0 {
 		// no verbose config from this runtime: nothing better than the record
 		return rec
@@ -213,13 +339,16 @@ func (l *Loop) rederive(ctx context.Context, rec *pod.Pod, sb *runtimeapi.PodSan
 	return fresh
 }
 
-// adopt builds a pod for a ready sandbox that has no checkpoint.
-func (l *Loop) adopt(ctx context.Context, sb *runtimeapi.PodSandbox) (*pod.Pod, error) {
-	st, err := l.rt.PodSandboxStatus(ctx, sb.GetId())
-	if err != nil {
-		return nil, err
+// adopt builds a pod for a ready sandbox that has no checkpoint, from its
+// status as read (st).
+func (l *Loop) adopt(sb *runtimeapi.PodSandbox, st statusRead) (*pod.Pod, error) {
+	if st.err != nil {
+		return nil, st.err
 	}
-	p, err := pod.FromSandboxStatus(st.GetStatus(), st.GetInfo(), l.cfg.Rules)
+	if st.resp == nil {
+		return nil, fmt.Errorf("adopt sandbox %q: its status was not read", sb.GetId())
+	}
+	p, err := pod.FromSandboxStatus(st.resp.GetStatus(), st.resp.GetInfo(), l.cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("adopt sandbox %q: %w", sb.GetId(), err)
 	}

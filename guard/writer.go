@@ -209,6 +209,9 @@ func (l *Loop) drop(key string) {
 	delete(l.unsaved, key)
 	delete(l.changed, key)
 	delete(l.unsettled, key)
+	if l.restoreDrops != nil {
+		l.restoreDrops[key] = true // a retried restore's read may still show it
+	}
 }
 
 // recordWrites records the outcomes of the writer's writes (loop

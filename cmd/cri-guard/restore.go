@@ -60,8 +60,9 @@ func waitable(err error) bool {
 	return status.Code(err) != codes.ResourceExhausted
 }
 
-// retryRestore completes a restore that start-up gave up waiting for, on
-// the running loop, every 5 s until it succeeds or ctx ends.
+// retryRestore completes a restore that start-up gave up waiting for,
+// every 5 s until it succeeds or ctx ends: each try reads off the loop,
+// for at most 30 s, and is applied on the running loop.
 func retryRestore(ctx context.Context, loop *guard.Loop, log *logrus.Entry) {
 	for attempt := 1; loop.Degraded() != nil; attempt++ {
 		select {
