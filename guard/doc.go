@@ -34,23 +34,28 @@
 //     record is on disk before the runtime sees the pod, so a crash in
 //     between leaves a record that start-up reconciles. A failed write does
 //     not hold the pod back; a deadline that ends first fails the call
-//     unforwarded and drops the record (as settleFailed does for a
+//     unforwarded and drops the record (as settleNotCreated does for a
 //     certain failure).
 //  3. Forward through create, the function the server hands in, off the
-//     loop.
-//  4. Settle on the loop, waited for at most Config.AfterRuntimeTimeout
-//     whatever the kubelet's deadline, and never dropped (a busy loop
-//     settles it later): settleCreated records the sandbox id and the
-//     ready state and queues the write; settleFailed drops the pending
-//     record when the runtime's answer says for certain that no sandbox
-//     exists (unless another call of the attempt is in flight, or an
-//     earlier one's sandbox may still appear), and keeps it otherwise,
-//     unsettled (below). A refusal that
-//     names the sandbox holding the attempt's name (containerd's "is
+//     loop. It returns the outcome (runtimeproxy.RunOutcome), classified
+//     once where the runtime's answer is read: created, with the
+//     sandbox's id; refused because a sandbox it names holds the
+//     attempt's name; certainly not created; or maybe created (no answer
+//     came back, or a success whose answer names no sandbox).
+//  4. Settle on the loop, by a switch over the outcome, waited for at most
+//     Config.AfterRuntimeTimeout whatever the kubelet's deadline, and never
+//     dropped (a busy loop settles it later): settleCreated records the
+//     sandbox id and the ready state and queues the write;
+//     settleNotCreated drops the pending record (unless another call of
+//     the attempt is in flight, or an earlier one's sandbox may still
+//     appear); settleMaybeCreated keeps it, unsettled (below). A refusal
+//     that names the sandbox holding the attempt's name (containerd's "is
 //     reserved for <id>", with code Unknown, or FailedPrecondition in 1.6:
 //     an earlier call made it and lost its answer) settles the record
 //     with that sandbox as PodSandboxStatus shows it, ready or stopped
 //     (settleReserved, asked off the loop); the kubelet gets the refusal.
+//     A record is pending exactly when it names no sandbox: a ready or
+//     stopped record always has its sandbox id.
 //  5. Wait for the settled record's write (bounded the same), then answer
 //     with the runtime's answer, unchanged: a call is never failed after
 //     containerd succeeded.

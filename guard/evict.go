@@ -39,7 +39,7 @@ type inFlight struct {
 // sandbox teardown.
 func (l *Loop) evict(e *evictor.Eviction) {
 	cur, ok := l.pods[e.Pod.Key()]
-	if !ok || cur.SandboxID == "" || cur.State != pod.StateReady {
+	if !ok || cur.State != pod.StateReady {
 		// not expected: the evictor ranks only the active pods handed in
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return

@@ -19,6 +19,7 @@ import (
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // nodeSampler is a sampler whose node memory.available the test sets;
@@ -242,10 +243,10 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 }
 
 func (h *realHarness) run(p *pod.Pod) (string, error) {
-	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome {
 		id := "sb-" + p.Key()
 		h.rt.addSandbox(id, p.UID, p.Attempt, true, time.Now())
-		return id, false, nil
+		return runtimeproxy.Created(id)
 	})
 }
 

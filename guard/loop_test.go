@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 type harness struct {
@@ -41,15 +42,10 @@ func (h *harness) start(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// run is one RunPodSandbox through the loop, the runtime answering id, or
-// err (notCreated: the answer says no sandbox exists).
-func (h *harness) run(p *pod.Pod, id string, err error, notCreated bool) (string, error) {
-	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
-		if err != nil {
-			return "", notCreated, err
-		}
-		return id, false, nil
-	})
+// run is one RunPodSandbox through the loop, the runtime's answer proving
+// o.
+func (h *harness) run(p *pod.Pod, o runtimeproxy.RunOutcome) (string, error) {
+	return h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome { return o })
 }
 
 // listing runs one housekeeping pass, waits for its listing of the
@@ -89,13 +85,13 @@ func TestAdmitSandbox(t *testing.T) {
 			p := newPod("u1", 0, tt.qos, tt.critical)
 			for range 2 { // the kubelet's retry of the same attempt gets the same decision
 				forwarded := false
-				_, err := h.loop.RunPodSandbox(context.Background(), p.Clone(), func(context.Context) (string, bool, error) {
+				_, err := h.loop.RunPodSandbox(context.Background(), p.Clone(), func(context.Context) runtimeproxy.RunOutcome {
 					forwarded = true
 					// the pending record is on disk before the runtime is asked
 					if rec, ok := h.store.get(p.Key()); !ok || rec.State != pod.StatePending {
 						t.Errorf("record when forwarding = %+v (present %v), want pending", rec, ok)
 					}
-					return "", true, status.Error(codes.Unavailable, "no runtime in this test")
+					return runtimeproxy.NotCreated(status.Error(codes.Unavailable, "no runtime in this test"))
 				})
 				var refused *RefusedError
 				if gotAdmit := !errors.As(err, &refused); gotAdmit != tt.wantAdmit || forwarded != tt.wantAdmit {
@@ -121,7 +117,7 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 	h.store.mu.Unlock()
 	for _, p := range []*pod.Pod{newPod("crit", 0, pod.BestEffort, true), newPod("plain", 0, pod.Burstable, false)} {
 		h.rt.addSandbox("sb-"+p.UID, p.UID, 0, true, time.Unix(1, 0)) // what containerd creates
-		if id, err := h.run(p, "sb-"+p.UID, nil, false); err != nil || id != "sb-"+p.UID {
+		if id, err := h.run(p, runtimeproxy.Created("sb-"+p.UID)); err != nil || id != "sb-"+p.UID {
 			t.Fatalf("%s with the disk full: %q, %v; want admitted and created", p.UID, id, err)
 		}
 	}
@@ -151,7 +147,7 @@ func TestSandboxLifecycle(t *testing.T) {
 	h := newHarness(t, true)
 	h.start(t)
 	p := newPod("u1", 0, pod.Burstable, false)
-	if id, err := h.run(p, "sb1", nil, false); err != nil || id != "sb1" {
+	if id, err := h.run(p, runtimeproxy.Created("sb1")); err != nil || id != "sb1" {
 		t.Fatalf("RunPodSandbox = %q, %v", id, err)
 	}
 	flushed(t, h.loop)
@@ -176,20 +172,20 @@ func TestSandboxLifecycle(t *testing.T) {
 
 func TestSandboxFailed(t *testing.T) {
 	tests := []struct {
-		name       string
-		err        error
-		notCreated bool
-		wantKept   bool
+		name     string
+		err      error
+		outcome  func(error) runtimeproxy.RunOutcome
+		wantKept bool
 	}{
-		{"definite failure drops the record", status.Error(codes.InvalidArgument, "bad"), true, false},
-		{"deadline keeps it for reconciliation", status.Error(codes.DeadlineExceeded, "late"), false, true},
+		{"definite failure drops the record", status.Error(codes.InvalidArgument, "bad"), runtimeproxy.NotCreated, false},
+		{"deadline keeps it for reconciliation", status.Error(codes.DeadlineExceeded, "late"), runtimeproxy.MaybeCreated, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, true)
 			h.start(t)
 			p := newPod("u1", 0, pod.Burstable, false)
-			if _, err := h.run(p, "", tt.err, tt.notCreated); err != tt.err {
+			if _, err := h.run(p, tt.outcome(tt.err)); err != tt.err {
 				t.Fatalf("err = %v, want the runtime's %v unchanged", err, tt.err)
 			}
 			flushed(t, h.loop)
@@ -224,8 +220,8 @@ func TestSandboxReservedByLostCall(t *testing.T) {
 			tt.sandbox(h.rt)
 			h.start(t)
 			p := newPod("u1", 0, pod.BestEffort, false)
-			id, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
-				return "sb-lost", false, refusal
+			id, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome {
+				return runtimeproxy.Reserved("sb-lost", refusal)
 			})
 			if err != refusal || id != "" {
 				t.Fatalf("RunPodSandbox = %q, %v; want the runtime's refusal unchanged", id, err)
@@ -253,7 +249,7 @@ func TestListingSettlesAmbiguousFailure(t *testing.T) {
 	h.start(t)
 	p := newPod("u1", 0, pod.BestEffort, false)
 	late := status.Error(codes.DeadlineExceeded, "late")
-	if _, err := h.run(p, "", late, false); err != late {
+	if _, err := h.run(p, runtimeproxy.MaybeCreated(late)); err != late {
 		t.Fatalf("err = %v", err)
 	}
 	h.rt.addSandbox("sb-late", "u1", 0, true, time.Unix(1000, 0))
@@ -288,7 +284,7 @@ func TestUnsettledGrace(t *testing.T) {
 	}
 	p := newPod("u1", 0, pod.BestEffort, false)
 	late := status.Error(codes.DeadlineExceeded, "late")
-	if _, err := h.run(p, "", late, false); err != late {
+	if _, err := h.run(p, runtimeproxy.MaybeCreated(late)); err != late {
 		t.Fatalf("err = %v", err)
 	}
 	clock.set(t0.Add(pendingGrace - time.Second))
@@ -300,9 +296,9 @@ func TestUnsettledGrace(t *testing.T) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := h.loop.RunPodSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false), func(context.Context) (string, bool, error) {
+		_, err := h.loop.RunPodSandbox(context.Background(), newPod("u1", 0, pod.BestEffort, false), func(context.Context) runtimeproxy.RunOutcome {
 			<-release
-			return "", true, status.Error(codes.InvalidArgument, "no runtime handler")
+			return runtimeproxy.NotCreated(status.Error(codes.InvalidArgument, "no runtime handler"))
 		})
 		done <- err
 	}()
@@ -400,7 +396,7 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 	h.start(t)
 	for i, id := range []string{"abcdef0123", "abcdff0123"} {
 		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
-		if _, err := h.run(p, id, nil, false); err != nil {
+		if _, err := h.run(p, runtimeproxy.Created(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -501,11 +497,11 @@ func TestBusyLoopStillSettles(t *testing.T) {
 	h.start(t)
 	release := make(chan struct{})
 	p := newPod("u1", 0, pod.BestEffort, false)
-	_, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+	_, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome {
 		// the loop gets busy while the runtime creates the sandbox
 		go func() { _ = h.loop.do(context.Background(), func() { <-release }) }()
 		time.Sleep(20 * time.Millisecond)
-		return "sb1", false, nil
+		return runtimeproxy.Created("sb1")
 	})
 	if err != nil {
 		t.Fatalf("RunPodSandbox failed after the runtime succeeded: %v", err)

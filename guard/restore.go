@@ -148,6 +148,9 @@ func (l *Loop) readRestore(ctx context.Context) (restoreRead, error) {
 	if err != nil {
 		return restoreRead{}, fmt.Errorf("restore: %w", err)
 	}
+	for i := range recs {
+		recs[i] = oneEncoding(recs[i])
+	}
 	sbs, err := l.rt.ListPodSandbox(ctx, nil)
 	if err != nil {
 		return restoreRead{}, fmt.Errorf("restore: %w", err)
@@ -184,10 +187,25 @@ func (l *Loop) readRestore(ctx context.Context) (restoreRead, error) {
 	return r, nil
 }
 
+// oneEncoding reads a record so that it is pending exactly when it names
+// no sandbox (pending): an earlier release settled a success whose answer
+// named no sandbox as ready with no id, and that record is pending (a
+// listing finds its sandbox by its attempt); one that names a sandbox is
+// not, whatever its state says (the listing gives the state).
+func oneEncoding(rec checkpoint.Record) checkpoint.Record {
+	switch {
+	case rec.SandboxID == "":
+		rec.State = pod.StatePending
+	case rec.State == pod.StatePending:
+		rec.State = pod.StateStopped
+	}
+	return rec
+}
+
 // sandboxOf is the listed sandbox a record names, or for a pending
 // record (no id yet) the one listed for its attempt.
 func (r *restoreRead) sandboxOf(rec checkpoint.Record) (*runtimeapi.PodSandbox, bool) {
-	if rec.SandboxID != "" {
+	if rec.State != pod.StatePending {
 		sb, ok := r.byID[rec.SandboxID]
 		return sb, ok
 	}
@@ -222,11 +240,11 @@ func (l *Loop) applyRestore(since uint64, read restoreRead) RestoreReport {
 			// served degraded: what the loop holds is at least as new as
 			// the disk (whose write may not have landed yet)
 			p = cur.Clone()
-			if p.SandboxID != "" && p.SandboxID != rec.SandboxID {
+			if !pending(p) && p.SandboxID != rec.SandboxID {
 				sb, ok = read.byID[p.SandboxID]
 			}
 		}
-		if ok && p.SandboxID == "" {
+		if ok && pending(p) {
 			// pending: containerd created it before we went down
 			p.SandboxID = sb.GetId()
 			rep.Completed++
@@ -237,7 +255,7 @@ func (l *Loop) applyRestore(since uint64, read restoreRead) RestoreReport {
 		if now := l.now(); written.After(now) {
 			written = now
 		}
-		if !ok && p.SandboxID == "" && l.now().Sub(written) < pendingGrace {
+		if !ok && pending(p) && l.now().Sub(written) < pendingGrace {
 			// cut off recently: the runtime may still be creating it; a
 			// listing completes it, or drops it after pendingGrace
 			rep.Unsettled++

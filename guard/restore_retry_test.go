@@ -8,6 +8,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // guardTimeout only keeps a broken test from hanging: nothing here waits
@@ -47,9 +48,9 @@ func TestRetryRestoreOffLoop(t *testing.T) {
 			// served degraded: a pod created before the retry, removed
 			// while the retry reads
 			gone := newPod("gone", 0, pod.Burstable, false)
-			if _, err := h.loop.RunPodSandbox(ctx, gone, func(context.Context) (string, bool, error) {
+			if _, err := h.loop.RunPodSandbox(ctx, gone, func(context.Context) runtimeproxy.RunOutcome {
 				h.rt.addSandbox("s-gone", "gone", 0, true, time.Unix(2, 0))
-				return "s-gone", false, nil
+				return runtimeproxy.Created("s-gone")
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -74,9 +75,9 @@ func TestRetryRestoreOffLoop(t *testing.T) {
 
 			// the loop decides while the retry waits on the runtime
 			fresh := newPod("new", 0, pod.Burstable, false)
-			if _, err := h.loop.RunPodSandbox(ctx, fresh, func(context.Context) (string, bool, error) {
+			if _, err := h.loop.RunPodSandbox(ctx, fresh, func(context.Context) runtimeproxy.RunOutcome {
 				h.rt.addSandbox("s-new", "new", 0, true, time.Unix(3, 0))
-				return "s-new", false, nil
+				return runtimeproxy.Created("s-new")
 			}); err != nil {
 				t.Fatalf("RunPodSandbox while a restore retry waits on the runtime: %v", err)
 			}

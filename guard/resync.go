@@ -98,7 +98,7 @@ func (l *Loop) applyListing(since uint64, started time.Time, sbs []*runtimeapi.P
 		if l.changed[key] > since {
 			continue // an outcome newer than the listing
 		}
-		if p.SandboxID == "" {
+		if pending(p) {
 			if byKey == nil {
 				byKey = make(map[string]*runtimeapi.PodSandbox, len(sbs))
 				for _, sb := range sbs {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // fakeStream is an event stream the test feeds (send); every Recv after
@@ -231,9 +232,9 @@ func TestStaleListing(t *testing.T) {
 		{name: "a sandbox created meanwhile is kept", key: "new/0", want: pod.StateReady,
 			during: func(t *testing.T, h *harness) {
 				p := newPod("new", 0, pod.Burstable, false)
-				if _, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+				if _, err := h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome {
 					h.rt.addSandbox("s-new", "new", 0, true, time.Unix(3, 0))
-					return "s-new", false, nil
+					return runtimeproxy.Created("s-new")
 				}); err != nil {
 					t.Fatal(err)
 				}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // TestRetryOfCreatedSandbox: the kubelet repeats RunPodSandbox for an
@@ -29,12 +30,12 @@ func TestRetryOfCreatedSandbox(t *testing.T) {
 			h := newHarness(t, true)
 			h.start(t)
 			p := newPod("u1", 0, pod.BestEffort, false)
-			if _, err := h.run(p.Clone(), "sb1", nil, false); err != nil {
+			if _, err := h.run(p.Clone(), runtimeproxy.Created("sb1")); err != nil {
 				t.Fatalf("first RunPodSandbox: %v", err)
 			}
 			// whatever the runtime says of the duplicate, even "not created"
-			for _, notCreated := range []bool{false, true} {
-				if _, err := h.run(p.Clone(), "", tt.err, notCreated); err != tt.err {
+			for _, outcome := range []func(error) runtimeproxy.RunOutcome{runtimeproxy.MaybeCreated, runtimeproxy.NotCreated} {
+				if _, err := h.run(p.Clone(), outcome(tt.err)); err != tt.err {
 					t.Fatalf("retry: err = %v, want the runtime's", err)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // defaultAfterRuntimeTimeout is Config.AfterRuntimeTimeout's default: how
@@ -21,23 +22,23 @@ const defaultAfterRuntimeTimeout = 10 * time.Second
 // operation in one place (the walk in the package doc): admit p on the
 // loop; when admitted, wait for its pending record's write; forward
 // through create (off the loop: the runtime may take seconds); settle the
-// record with the outcome on the loop and wait for its write. The waits
-// are on the caller's goroutine, never on the loop's. A refusal is a
-// *RefusedError; any error means the kubelet gets an error. Once create
-// succeeded, its success is returned whatever the bookkeeping does.
+// record by the outcome on the loop and wait for its write. The waits are
+// on the caller's goroutine, never on the loop's. A refusal is a
+// *RefusedError; otherwise the error is the outcome's (the runtime's,
+// unchanged): a call is never failed after the runtime succeeded, whatever
+// the bookkeeping does.
 //
 // create (the server hands it in) forwards the call to the runtime and
-// returns the new sandbox's id; on error, notCreated is true when the
-// runtime's answer says for certain that no sandbox exists, false when one
-// may (deadline, lost connection): its pending record is then kept,
-// unsettled, for a listing or start-up reconciliation. An error with an id says the runtime named the
-// sandbox that holds this attempt's name (containerd's "is reserved for":
-// an earlier call created it and its answer was lost, cri-guard killed
-// under it): the record is settled with that sandbox as the runtime
-// reports it (settleReserved); the kubelet gets the error unchanged, and
-// finds the sandbox in its own listing.
-func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (sandboxID string, notCreated bool, err error)) (string, error) {
-	p.State = pod.StatePending
+// says what its answer proves (runtimeproxy.RunOutcome): created, with
+// the sandbox's id; refused because the sandbox it names holds this
+// attempt's name (containerd's "is reserved for": an earlier call created
+// it and its answer was lost, cri-guard killed under it), settled with
+// that sandbox as the runtime reports it (settleReserved); certainly not
+// created, the pending record dropped; or maybe created (deadline, lost
+// connection, a success whose answer names no sandbox), the pending
+// record kept, unsettled, for a listing or start-up reconciliation.
+func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) runtimeproxy.RunOutcome) (string, error) {
+	p.State, p.SandboxID = pod.StatePending, ""
 	var (
 		r       evictor.Result
 		kept    *pod.Pod        // the record of a retried attempt that has its sandbox
@@ -67,36 +68,34 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		select {
 		case <-pending:
 		case <-ctx.Done():
-			_ = l.doEventually(settle, func() { ended(); l.settleFailed(p, kept, true) })
+			_ = l.doEventually(settle, func() { ended(); l.settleNotCreated(p, kept) })
 			return "", fmt.Errorf("record pod %q: %w", p.String(), ctx.Err())
 		}
 	}
 
-	id, notCreated, err := create(ctx)
+	o := create(ctx)
 
 	var (
-		serr    error
 		settled <-chan struct{} // closed once the settled record is written
+		serr    error
 	)
-	if err != nil {
-		var ch <-chan struct{}
-		if id != "" && kept == nil {
-			serr = l.settleReserved(settle, p, id, ended, &ch)
-		} else {
-			serr = l.doEventually(settle, func() { ended(); l.settleFailed(p, kept, notCreated) })
+	switch o.Kind() {
+	case runtimeproxy.RunCreated:
+		settled, serr = l.settleOnLoop(settle, func() <-chan struct{} {
+			ended()
+			return l.settleCreated(p, o.SandboxID(), pod.StateReady)
+		})
+	case runtimeproxy.RunReserved:
+		if kept != nil {
+			// a retry of an attempt whose record has its sandbox: kept
+			serr = l.doEventually(settle, func() { ended(); l.settleMaybeCreated(p, kept) })
+			break
 		}
-		id = "" // an id comes with a refusal only to name the sandbox that holds the name
-		if serr == nil {
-			settled = ch
-		}
-	} else {
-		var ch <-chan struct{}
-		// ch is read only once the closure ran (serr nil); a late run
-		// writes it with nobody reading
-		serr = l.doEventually(settle, func() { ended(); ch = l.settleCreated(p, id, pod.StateReady) })
-		if serr == nil {
-			settled = ch
-		}
+		settled, serr = l.settleReserved(settle, p, o.SandboxID(), ended)
+	case runtimeproxy.RunNotCreated:
+		serr = l.doEventually(settle, func() { ended(); l.settleNotCreated(p, kept) })
+	default: // runtimeproxy.RunMaybeCreated
+		serr = l.doEventually(settle, func() { ended(); l.settleMaybeCreated(p, kept) })
 	}
 	if settled != nil {
 		// the answer goes out once the record names its sandbox, as it did
@@ -114,7 +113,21 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		// completes or drops the pending record
 		l.log.WithError(serr).WithFields(podFields(p)).Warn("the runtime's answer is not recorded yet")
 	}
-	return id, err
+	if o.Kind() != runtimeproxy.RunCreated {
+		return "", o.Err() // a refusal's id names the sandbox holding the name, not one created
+	}
+	return o.SandboxID(), nil
+}
+
+// settleOnLoop runs f on the loop, never dropped (doEventually), and
+// returns the channel of the record write f queued, when f ran before ctx
+// ended; run later, its channel goes unread.
+func (l *Loop) settleOnLoop(ctx context.Context, f func() <-chan struct{}) (<-chan struct{}, error) {
+	var ch <-chan struct{}
+	if err := l.doEventually(ctx, func() { ch = f() }); err != nil {
+		return nil, err
+	}
+	return ch, nil
 }
 
 // admitAddition decides one added pod and, when admitted, records it as
@@ -141,7 +154,7 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 		}
 		return r, nil, nil
 	}
-	if old, ok := l.pods[p.Key()]; ok && old.SandboxID != "" {
+	if old, ok := l.pods[p.Key()]; ok && !pending(old) {
 		// a retry of an attempt that already has a sandbox: keep what we
 		// know, its state included (a ready pod must stay rankable)
 		return r, old, nil
@@ -179,21 +192,22 @@ func (l *Loop) neverRan(p *pod.Pod) bool {
 
 // settleReserved settles a RunPodSandbox the runtime refused because
 // sandbox id holds the attempt's name (caller's goroutine; ended runs
-// first on the loop; ch gets the settled record's write). The runtime is asked for that sandbox, off the
-// loop: when it is this attempt's, the record takes it, ready or not as
-// the runtime says; when the runtime cannot show it (still being created
-// by the lost call, or being rolled back) the pending record stays, as for
-// any ambiguous failure.
-func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ended func(), ch *<-chan struct{}) error {
+// first on the loop) and returns the channel of the settled record's
+// write. The runtime is asked for that sandbox, off the loop: when it is
+// this attempt's, the record takes it, ready or not as the runtime says;
+// when the runtime cannot show it (still being created by the lost call,
+// or being rolled back) the pending record stays, as for any outcome that
+// may have created a sandbox.
+func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ended func()) (<-chan struct{}, error) {
 	state, err := l.sandboxState(ctx, p, id)
 	if err != nil {
 		l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithError(err).
 			Info("the runtime says a sandbox holds this attempt's name, but does not show it: the pending record stays")
-		return l.doEventually(ctx, func() { ended(); l.settleFailed(p, nil, false) })
+		return nil, l.doEventually(ctx, func() { ended(); l.settleMaybeCreated(p, nil) })
 	}
 	l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithField("state", state).
 		Info("this attempt's sandbox was created by a call whose answer was lost: recorded")
-	return l.doEventually(ctx, func() { ended(); *ch = l.settleCreated(p, id, state) })
+	return l.settleOnLoop(ctx, func() <-chan struct{} { ended(); return l.settleCreated(p, id, state) })
 }
 
 // sandboxState asks the runtime for sandbox id and returns its state as a
@@ -217,10 +231,10 @@ func (l *Loop) sandboxState(ctx context.Context, p *pod.Pod, id string) (pod.Sta
 // settleCreated records the sandbox id containerd gave an admitted pod,
 // in state (ready when the call created it), and queues its record's
 // write, whose channel it returns (loop goroutine). The record is updated
-// only if it is still the pending one this call wrote.
+// only if it is still pending, or already names this sandbox.
 func (l *Loop) settleCreated(p *pod.Pod, sandboxID string, state pod.State) <-chan struct{} {
 	cur, ok := l.pods[p.Key()]
-	if ok && cur.SandboxID != "" && cur.SandboxID != sandboxID {
+	if ok && !pending(cur) && cur.SandboxID != sandboxID {
 		return nil // another call settled this attempt with another sandbox
 	}
 	if !ok {
@@ -235,27 +249,15 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string, state pod.State) <-ch
 	return done
 }
 
-// settleFailed settles a RunPodSandbox that containerd answered with an
-// error (loop goroutine). When the error says for certain that no sandbox
-// exists the pending record is dropped, unless another call of the
-// attempt is in flight or an earlier one's sandbox may still appear; when
-// it is ambiguous it is kept, unsettled, for a listing of the runtime (or
-// start-up reconciliation) to complete, or to drop once pendingGrace has
-// passed without its sandbox and with no call in flight. A retried
-// attempt whose sandbox exists keeps its record.
-func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
-	l.log.WithFields(podFields(p)).WithField("not_created", notCreated).WithField("kept", kept != nil).Debug("pod sandbox not created by the runtime")
-	if kept != nil {
-		return
-	}
+// settleNotCreated settles a RunPodSandbox whose outcome says for certain
+// that no sandbox exists (loop goroutine): the pending record is dropped,
+// unless another call of the attempt is in flight or an earlier one's
+// sandbox may still appear (unsettled: the grace decides). A retried
+// attempt whose sandbox exists (kept) keeps its record.
+func (l *Loop) settleNotCreated(p *pod.Pod, kept *pod.Pod) {
+	l.log.WithFields(podFields(p)).WithField("kept", kept != nil).Debug("pod sandbox not created by the runtime")
 	cur, ok := l.pods[p.Key()]
-	if !ok || cur.SandboxID != "" {
-		return
-	}
-	if !notCreated {
-		// this call's sandbox may appear: a listing completes the record,
-		// or drops it once the grace has passed and no call is in flight
-		l.unsettled[p.Key()] = l.now().Add(pendingGrace)
+	if kept != nil || !ok || !pending(cur) {
 		return
 	}
 	if l.calls[p.Key()] > 0 {
@@ -268,6 +270,26 @@ func (l *Loop) settleFailed(p *pod.Pod, kept *pod.Pod, notCreated bool) {
 	delete(l.pods, p.Key())
 	l.publish()
 }
+
+// settleMaybeCreated settles a RunPodSandbox whose outcome leaves a
+// sandbox possible, its id not known (loop goroutine): the pending record
+// is kept, unsettled, for a listing of the runtime (or start-up
+// reconciliation) to complete, or to drop once pendingGrace has passed
+// without its sandbox and with no call in flight. A retried attempt whose
+// sandbox exists (kept) keeps its record.
+func (l *Loop) settleMaybeCreated(p *pod.Pod, kept *pod.Pod) {
+	l.log.WithFields(podFields(p)).WithField("kept", kept != nil).Debug("pod sandbox may have been created: its id is not known")
+	cur, ok := l.pods[p.Key()]
+	if kept != nil || !ok || !pending(cur) {
+		return
+	}
+	l.unsettled[p.Key()] = l.now().Add(pendingGrace)
+}
+
+// pending reports whether p's record is pending: admitted, its sandbox
+// not known yet. A pending record has no sandbox id, and a record with no
+// sandbox id is pending (recordPod reads older records so).
+func pending(p *pod.Pod) bool { return p.State == pod.StatePending }
 
 // callEnded records that one RunPodSandbox call of key, which admitted a
 // pending record, no longer settles it (loop goroutine).

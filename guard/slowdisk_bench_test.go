@@ -15,6 +15,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // slowStateDirEnv names a directory on a file system whose fsync is slow
@@ -268,10 +269,10 @@ func runCritical(h *realHarness, p *pod.Pod) criticalRun {
 		forwarded time.Time
 	)
 	start := time.Now()
-	_, r.err = h.loop.RunPodSandbox(context.Background(), p, func(context.Context) (string, bool, error) {
+	_, r.err = h.loop.RunPodSandbox(context.Background(), p, func(context.Context) runtimeproxy.RunOutcome {
 		forwarded = time.Now()
 		h.rt.addSandbox("s-critical", p.UID, p.Attempt, true, forwarded)
-		return "s-critical", false, nil
+		return runtimeproxy.Created("s-critical")
 	})
 	r.total = time.Since(start)
 	if !forwarded.IsZero() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/checkpoint"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // unsavedHarness restores n ready sandboxes with every write failing with
@@ -114,7 +115,7 @@ func TestUnsavedSuccessBringsProbeForward(t *testing.T) {
 	}
 	h.store.setErr(nil)
 	p := newPod("fresh", 0, "BestEffort", false)
-	if _, err := h.run(p, "s-fresh", nil, false); err != nil {
+	if _, err := h.run(p, runtimeproxy.Created("s-fresh")); err != nil {
 		t.Fatal(err)
 	}
 	flushed(t, h.loop)

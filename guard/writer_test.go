@@ -11,6 +11,7 @@ import (
 	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/evictor"
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // TestWriterSupersedes: while a record's write is under way, a later write
@@ -127,10 +128,10 @@ func TestSlowStoreDoesNotHoldTheLoop(t *testing.T) {
 	ran := make(chan error, 1)
 	go func() {
 		crit := newPod("crit", 0, pod.BestEffort, true)
-		_, err := h.loop.RunPodSandbox(context.Background(), crit, func(context.Context) (string, bool, error) {
+		_, err := h.loop.RunPodSandbox(context.Background(), crit, func(context.Context) runtimeproxy.RunOutcome {
 			close(forwarded)
 			rt.addSandbox("s-crit", "crit", 0, true, time.Now())
-			return "s-crit", false, nil
+			return runtimeproxy.Created("s-crit")
 		})
 		ran <- err
 	}()

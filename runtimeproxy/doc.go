@@ -17,6 +17,11 @@
 //     sandbox or container that is gone (NotFound) is a success, and an
 //     event subscription says ErrNoEvents when the runtime has no stream.
 //
+// RunOutcome is what a forwarded RunPodSandbox proves of the attempt's
+// sandbox (created, reserved by another call, not created, maybe
+// created): the server classifies the runtime's answer into it, the sync
+// loop settles its record by it.
+//
 // Container events come through an EventHub: one runtime stream shared by
 // every subscriber (containerd 1.7 gives each event to one stream only).
 //

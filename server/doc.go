@@ -14,8 +14,8 @@
 // operation (SandboxGuard.RunPodSandbox), which forwards through a function
 // the hook hands in; the hook only decodes, calls and returns. Errors are
 // turned into gRPC statuses in one place, ToStatus, and the runtime's
-// status codes are read only here and in runtimeproxy (maybeCreated says
-// whether a failed RunPodSandbox may have created a sandbox).
+// status codes are read only here and in runtimeproxy (runOutcome says
+// what a forwarded RunPodSandbox's answer proves: runtimeproxy.RunOutcome).
 //
 // Messages are limited to 16 MiB each way, like containerd and the kubelet.
 // What one client can hold is bounded (see the Default* constants): streams

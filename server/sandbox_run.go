@@ -19,11 +19,10 @@ import (
 // SandboxGuard is what the sandbox interceptions need of the sync loop.
 type SandboxGuard interface {
 	// RunPodSandbox runs the whole operation for p: admission, the pending
-	// record, create (which forwards to the runtime), the settled record.
-	// An error carrying a Refusal refuses p unforwarded. create's error
-	// comes with an id when the runtime named the sandbox that holds the
-	// attempt's name (reservedFor).
-	RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) (id string, notCreated bool, err error)) (string, error)
+	// record, create (which forwards to the runtime and says what its
+	// answer proves), the settled record. An error carrying a Refusal
+	// refuses p unforwarded; otherwise the error is create's outcome's.
+	RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx context.Context) runtimeproxy.RunOutcome) (string, error)
 	// SandboxStopped and SandboxRemoved are told of sandboxes stopped or
 	// removed through cri-guard.
 	SandboxStopped(sandboxID string)
@@ -49,20 +48,12 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 				return nil, fmt.Errorf("run pod sandbox: %w: %w", ErrInvalidRequest, err)
 			}
 			var out []byte
-			_, err = g.RunPodSandbox(ctx, p, func(ctx context.Context) (string, bool, error) {
+			_, err = g.RunPodSandbox(ctx, p, func(ctx context.Context) runtimeproxy.RunOutcome {
 				b, err := next(ctx, raw)
-				if err != nil {
-					if id, ok := reservedFor(err); ok {
-						return id, false, err // that sandbox holds the attempt's name
-					}
-					return "", !maybeCreated(err), err
+				if err == nil {
+					out = b
 				}
-				out = b
-				var resp runtimeapi.RunPodSandboxResponse
-				// An undecodable answer is still containerd's success: the
-				// pending record is then settled by reconciliation.
-				_ = proto.Unmarshal(b, &resp)
-				return resp.GetPodSandboxId(), false, nil
+				return runOutcome(b, err)
 			})
 			if err != nil {
 				return nil, err
@@ -74,24 +65,44 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 	}
 }
 
-// maybeCreated reports whether a RunPodSandbox that failed with err may
-// still have created a sandbox: only when the request may have reached the
-// runtime and its answer did not come back (the deadline passed, the call
-// was cancelled, or the connection broke under it). A request that never
-// got onto a connection created nothing, and neither did one the runtime
-// answered with a status, whatever its code: containerd answers many
-// definite failures (an unknown runtime handler, a failed network setup)
-// with codes.Unknown. A retried attempt whose sandbox exists keeps its
-// record in the sync loop whatever this says; a refusal that says the
-// attempt's name is taken (any code) means its sandbox exists or is being
-// created: the guard is handed its id (reservedFor).
+// runOutcome says what the runtime's answer to a forwarded RunPodSandbox
+// (resp, or err) proves of the attempt's sandbox: the one place it is
+// read. A success whose answer cannot be decoded, or names no sandbox, is
+// still the runtime's success: the kubelet gets it unchanged, and the
+// sandbox exists with an id not known here (RunMaybeCreated: the pending
+// record stays until a listing shows the attempt's sandbox).
+func runOutcome(resp []byte, err error) runtimeproxy.RunOutcome {
+	if err != nil {
+		if id, ok := reservedFor(err); ok {
+			return runtimeproxy.Reserved(id, err)
+		}
+		if maybeCreated(err) {
+			return runtimeproxy.MaybeCreated(err)
+		}
+		return runtimeproxy.NotCreated(err)
+	}
+	var r runtimeapi.RunPodSandboxResponse
+	if proto.Unmarshal(resp, &r) != nil {
+		return runtimeproxy.MaybeCreated(nil)
+	}
+	return runtimeproxy.Created(r.GetPodSandboxId())
+}
+
+// maybeCreated reports whether a RunPodSandbox that failed with err, not
+// a refusal that names the sandbox holding the attempt's name (runOutcome
+// reads that first), may still have created a sandbox: only when the
+// request may have reached the runtime and its answer did not come back
+// (the deadline passed, the call was cancelled, or the connection broke
+// under it). A request that never got onto a connection created nothing,
+// and neither did one the runtime answered with a status, whatever its
+// code: containerd answers many definite failures (an unknown runtime
+// handler, a failed network setup) with codes.Unknown. A retried attempt
+// whose sandbox exists keeps its record in the sync loop whatever this
+// says.
 func maybeCreated(err error) bool {
 	var unsent unsentError
 	if errors.As(err, &unsent) {
 		return false
-	}
-	if _, ok := reservedFor(err); ok {
-		return true
 	}
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled:

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/runtimeproxy"
 )
 
 // policyGuard refuses BestEffort non-critical pods, as the eviction admit
@@ -26,7 +27,7 @@ type policyGuard struct {
 
 func (g *policyGuard) log(s string) { g.mu.Lock(); g.events = append(g.events, s); g.mu.Unlock() }
 
-func (g *policyGuard) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(context.Context) (string, bool, error)) (string, error) {
+func (g *policyGuard) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(context.Context) runtimeproxy.RunOutcome) (string, error) {
 	g.log("admit " + p.Key())
 	if g.failAdm != nil {
 		return "", g.failAdm
@@ -34,13 +35,13 @@ func (g *policyGuard) RunPodSandbox(ctx context.Context, p *pod.Pod, create func
 	if p.QOS == pod.BestEffort && !p.Critical {
 		return "", refusal{reason: "Evicted", msg: "The node had condition: [MemoryPressure]. "}
 	}
-	id, notCreated, err := create(ctx)
-	if err != nil {
-		g.log(fmt.Sprintf("failed %s notCreated=%v sandbox=%q", p.Key(), notCreated, id))
-		return "", err
+	o := create(ctx)
+	if o.Kind() != runtimeproxy.RunCreated {
+		g.log(fmt.Sprintf("failed %s %v sandbox=%q err=%v", p.Key(), o.Kind(), o.SandboxID(), o.Err() != nil))
+		return "", o.Err()
 	}
-	g.log("created " + p.Key() + " " + id)
-	return id, nil
+	g.log("created " + p.Key() + " " + o.SandboxID())
+	return o.SandboxID(), nil
 }
 func (g *policyGuard) SandboxStopped(id string) { g.log("stopped " + id) }
 func (g *policyGuard) SandboxRemoved(id string) { g.log("removed " + id) }
@@ -137,7 +138,7 @@ func TestSandboxHooksErrors(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition || status.Convert(err).Message() != "no network" {
 			t.Fatalf("err = %v, want containerd's status unchanged", err)
 		}
-		if !slices.Contains(g.seen(), `failed uid-bu/0 notCreated=true sandbox=""`) {
+		if !slices.Contains(g.seen(), `failed uid-bu/0 not-created sandbox="" err=true`) {
 			t.Fatalf("failure not reported: %v", g.seen())
 		}
 	})
