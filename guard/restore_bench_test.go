@@ -37,6 +37,10 @@ func BenchmarkStartup(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// the store locks its directory: each start-up below opens it again
+			if err := store.Close(); err != nil {
+				b.Fatal(err)
+			}
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -55,6 +59,9 @@ func BenchmarkStartup(b *testing.B) {
 				}
 				if rep.Records != n || rep.Admitted != n || rep.Dropped != 0 || rep.Adopted != 0 {
 					b.Fatalf("restore = %+v, want %d records, all admitted", rep, n)
+				}
+				if err := s.Close(); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
