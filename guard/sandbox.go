@@ -75,28 +75,20 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 
 	o := create(ctx)
 
-	var (
-		settled <-chan struct{} // closed once the settled record is written
-		serr    error
-	)
+	// what the outcome records, on the loop
+	var record func() <-chan struct{}
 	switch o.Kind() {
 	case runtimeproxy.RunCreated:
-		settled, serr = l.settleOnLoop(settle, func() <-chan struct{} {
-			ended()
-			return l.settleCreated(p, o.SandboxID(), pod.StateReady)
-		})
+		record = func() <-chan struct{} { return l.settleCreated(p, o.SandboxID(), pod.StateReady) }
 	case runtimeproxy.RunReserved:
-		if kept != nil {
-			// a retry of an attempt whose record has its sandbox: kept
-			serr = l.doEventually(settle, func() { ended(); l.settleMaybeCreated(p, kept) })
-			break
-		}
-		settled, serr = l.settleReserved(settle, p, o.SandboxID(), ended)
+		record = l.settleReserved(settle, p, kept, o.SandboxID())
 	case runtimeproxy.RunNotCreated:
-		serr = l.doEventually(settle, func() { ended(); l.settleNotCreated(p, kept) })
+		record = func() <-chan struct{} { l.settleNotCreated(p, kept); return nil }
 	default: // runtimeproxy.RunMaybeCreated
-		serr = l.doEventually(settle, func() { ended(); l.settleMaybeCreated(p, kept) })
+		record = func() <-chan struct{} { l.settleMaybeCreated(p, kept); return nil }
 	}
+	// settled is closed once the settled record is written
+	settled, serr := l.settleOnLoop(settle, func() <-chan struct{} { ended(); return record() })
 	if settled != nil {
 		// the answer goes out once the record names its sandbox, as it did
 		// when the loop wrote it: a record the kubelet's answer contradicts
@@ -190,24 +182,27 @@ func (l *Loop) neverRan(p *pod.Pod) bool {
 	return true
 }
 
-// settleReserved settles a RunPodSandbox the runtime refused because
-// sandbox id holds the attempt's name (caller's goroutine; ended runs
-// first on the loop) and returns the channel of the settled record's
-// write. The runtime is asked for that sandbox, off the loop: when it is
-// this attempt's, the record takes it, ready or not as the runtime says;
-// when the runtime cannot show it (still being created by the lost call,
-// or being rolled back) the pending record stays, as for any outcome that
-// may have created a sandbox.
-func (l *Loop) settleReserved(ctx context.Context, p *pod.Pod, id string, ended func()) (<-chan struct{}, error) {
+// settleReserved is what a RunPodSandbox the runtime refused because
+// sandbox id holds the attempt's name records, run on the loop; the
+// runtime is asked for that sandbox here, off the loop (caller's
+// goroutine). When it is this attempt's, the record takes it, ready or
+// not as the runtime says; when the runtime cannot show it (still being
+// created by the lost call, or being rolled back) the pending record
+// stays, as for any outcome that may have created a sandbox. A retried
+// attempt whose record has its sandbox (kept) keeps it.
+func (l *Loop) settleReserved(ctx context.Context, p, kept *pod.Pod, id string) func() <-chan struct{} {
+	if kept != nil {
+		return func() <-chan struct{} { l.settleMaybeCreated(p, kept); return nil }
+	}
 	state, err := l.sandboxState(ctx, p, id)
 	if err != nil {
 		l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithError(err).
 			Info("the runtime says a sandbox holds this attempt's name, but does not show it: the pending record stays")
-		return nil, l.doEventually(ctx, func() { ended(); l.settleMaybeCreated(p, nil) })
+		return func() <-chan struct{} { l.settleMaybeCreated(p, nil); return nil }
 	}
 	l.log.WithFields(podFields(p)).WithField("pod_sandbox_id", id).WithField("state", state).
 		Info("this attempt's sandbox was created by a call whose answer was lost: recorded")
-	return l.settleOnLoop(ctx, func() <-chan struct{} { ended(); return l.settleCreated(p, id, state) })
+	return func() <-chan struct{} { return l.settleCreated(p, id, state) }
 }
 
 // sandboxState asks the runtime for sandbox id and returns its state as a
