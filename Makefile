@@ -16,6 +16,10 @@
 #                2.x, the kubelet, cri-guard from its .deb) alone; make test runs
 #                its tests last
 #   make deb     the Debian package, bin/cri-guard_<version>_<arch>.deb
+#   make monitoring-test   contrib/monitoring: promtool check rules and test
+#                rules (promtool from Debian's prometheus package, unpacked by
+#                scripts/promtool.sh, not installed), and the Go test that each
+#                series named there is one cri-guard exports; make test runs it
 
 SHELL := /usr/bin/env bash
 GO ?= go
@@ -33,7 +37,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: deb vm-up vm-down guest-test build test unit kubeletdiff slowfs integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -58,6 +62,14 @@ deb:
 unit:
 	$(GO) test -race ./...
 
+# The alerts and the dashboard of contrib/monitoring. promtool comes from
+# scripts/promtool.sh (cached under ~/.cache/cri-guard); the Go test also
+# runs in the unit tests.
+monitoring-test:
+	p=$$(scripts/promtool.sh) && "$$p" check rules contrib/monitoring/alerts.yaml && \
+	  cd contrib/monitoring && "$$p" test rules alerts_test.yaml
+	$(GO) test -count=1 -run 'TestMonitoring' ./cmd/cri-guard/
+
 # The differential test against the kubelet's own eviction manager (a module
 # of its own: the product's go.mod does not grow the kubelet's dependencies).
 # By hand: cd tools/kubeletdiff && go run . -seed N -count M
@@ -78,6 +90,7 @@ test:
 	trap 'CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; scripts/rt.sh down-events || rc=1; scripts/rt.sh down || rc=1; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) scripts/vm.sh down || rc=1' EXIT; \
 	mkdir -p bin; CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) nice -n 10 scripts/vm.sh prebuild >bin/vm-prebuild.log 2>&1 & vmb=$$!; \
 	$(GO) test -race ./... || rc=1; \
+	$(MAKE) --no-print-directory monitoring-test || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory slowfs || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
