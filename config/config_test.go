@@ -74,7 +74,7 @@ log: {level: debug, format: json}
 			wantErr: []string{"nodeStatusHeartbeat"}},
 		{name: "bad taint", yaml: "kubernetes: {taint: {enabled: true, effect: Never, kubeconfig: t}}\n",
 			wantErr: []string{"kubernetes.taint.enabled: needs kubernetes.kubeconfig", "kubernetes.taint.effect: must be", "kubernetes.taint.kubeconfig: must be an absolute path"}},
-		// The kubelet's defaulting (issue 13): cmd/kubelet/app/server.go
+		// The kubelet's defaulting, which cri-guard's follows: cmd/kubelet/app/server.go
 		// loadConfigFile applies DefaultEvictionHard only when evictionHard
 		// is nil; pkg/kubelet/apis/config/v1beta1/defaults.go turns a zero
 		// evictionPressureTransitionPeriod into 5m and leaves

@@ -7,12 +7,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// FastPoll configures the sync loop's fast poll near a threshold (issue 16):
-// while a memory signal is within Margin of a threshold (or one is met) the
-// loop evaluates every Interval; otherwise it samples the node (the watch)
-// to notice the approach, at most every Watch and spaced by the distance
-// to the near band over MaxRate (issue 22), not for a signal a kernel
-// notification watches. Interval "0s" disables it.
+// FastPoll configures the sync loop's fast poll near a threshold, so that a
+// fast-growing pod is caught between two housekeeping ticks: while a
+// memory signal is within Margin of a threshold (or one is met) the loop
+// evaluates every Interval; otherwise it samples the node (the watch) to
+// notice the approach, at most every Watch and spaced by the distance to
+// the near band over MaxRate (so a node far from every threshold is
+// sampled rarely), not for a signal a kernel notification watches. Interval "0s" disables it.
 type FastPoll struct {
 	Interval Duration `json:"interval"`
 	Watch    Duration `json:"watch"`

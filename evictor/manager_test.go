@@ -683,7 +683,8 @@ func TestStatsErrorIsStale(t *testing.T) {
 
 // TestMissingSignalShown: a threshold whose signal the sample lacks
 // without an error (a PSI file gone reads as PSI disabled) cannot act, and
-// status says so (issue 17 item 9: not in silence); once the signal is
+// status says so (never in silence: an operator must see that a threshold
+// is idle); once the signal is
 // back, it does not.
 func TestMissingSignalShown(t *testing.T) {
 	s, r, c := &fakeSampler{}, &recorder{}, newClock()

@@ -108,7 +108,7 @@ func (e Evaluation) MemoryThresholdMet() bool {
 
 // runtimeStopLatency is how long a stop through the runtime takes to end
 // a victim's processes: containerd took 167–230 ms from StopContainer to a
-// dead process on the race's host (issue 22). A memory signal that at its
+// dead process on the host the OOM race was measured on. A memory signal that at its
 // measured rate runs out sooner is critical: only a kill past the runtime
 // lands in time.
 const runtimeStopLatency = 250 * time.Millisecond

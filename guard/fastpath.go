@@ -7,12 +7,13 @@ import (
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
-// FastPoll is the fast path of the sync loop against a fast-growing pod
-// (issue 16): while the last evaluation met a threshold or saw a memory
+// FastPoll is the fast path of the sync loop against a fast-growing pod,
+// which can reach the OOM killer between two housekeeping ticks: while the last evaluation met a threshold or saw a memory
 // signal within Margin bytes of one, the loop evaluates every Interval.
 // Far from every threshold it takes a cheap node sample (Observe: no
 // resync, no pod stats), the watch, to notice the approach between two
-// housekeeping ticks, spaced by how far memory is (issue 22): a runaway
+// housekeeping ticks, spaced by how far memory is (so an idle node is not
+// sampled at the fast rate): a runaway
 // growing at MaxRate cannot cross the distance to the near band between
 // two, so an idle node with room is sampled rarely or not at all beyond
 // housekeeping, and a signal whose near level a kernel notification

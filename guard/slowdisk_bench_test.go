@@ -29,8 +29,8 @@ const (
 	slowBenchCriticalAt = 10 // the critical pod's RunPodSandbox starts at this crossing
 )
 
-// BenchmarkEvictionSlowDisk is issue 23's "a slow state disk does not slow
-// protection", measured side by side in one run: the real sync loop, the
+// BenchmarkEvictionSlowDisk measures that a slow state disk does not slow
+// protection (checkpoint writes are off the sync loop), side by side in one run: the real sync loop, the
 // real eviction manager (hard threshold memory.available < 1Gi) and the
 // real checkpoint store (fsync, rename, directory fsync), once with the
 // state dir in b.TempDir() (disk=fast) and once in $CRI_GUARD_SLOW_STATE_DIR

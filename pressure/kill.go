@@ -21,8 +21,8 @@ var ErrNotAPodCgroup = errors.New("not a cgroup under the pods cgroup")
 // KillPod kills every process of a pod cgroup (named by its CRI cgroup
 // parent) at once with SIGKILL, past the runtime: the sync loop's grace cut
 // when the node is a moment from OOM. containerd takes a few hundred
-// milliseconds from StopContainer to a dead process (issue 22: 167 ms on
-// the race's host), in which four runaways at 800 MB/s each use the last
+// milliseconds from StopContainer to a dead process (167 ms on the host the
+// OOM race was measured on), in which four runaways at 800 MB/s each use the last
 // 200Mi; the kernel kills in microseconds. On cgroup v2 it writes
 // cgroup.kill (the kernel kills the whole subtree, forks included); where
 // that file is missing (a v2 kernel before 5.14) and on cgroup v1 (the

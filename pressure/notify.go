@@ -29,7 +29,7 @@ var ErrNoMemcgNotification = errors.New("no v1 memory cgroup for kernel memcg no
 // memcgThresholdNotifier computes it, and registered again after each
 // crossing and whenever inactive_file moved it: the owner hands it each
 // housekeeping sample (Relevel), so an idle notifier takes no timer and
-// reads no file of its own (issue 22), the kubelet re-arms at each
+// reads no file of its own (an idle node costs nothing), the kubelet re-arms at each
 // synchronize. A near notifier (Near) is set Margin bytes before that
 // level: it wakes the sync loop when memory comes within the fast poll's
 // margin, so that nothing samples a node far from every threshold.

@@ -12,7 +12,7 @@
 #   scripts/vm.sh down                  power the guest off; nothing is left on the host
 #   scripts/vm.sh status                exit 0 when the guest is up and answers
 #
-# Why UML: this machine kind's /dev/kvm is a PVM device on which stock kernels do
+# Why UML: the CI hosts' /dev/kvm is a PVM device on which stock kernels do
 # not boot, its own cgroup2 has no memory controller, and systemd must never be
 # PID 1 on the host's file system. A User-mode Linux kernel is an ordinary
 # process with a kernel of its own: there systemd 252 boots on pure cgroup v2.

@@ -10,7 +10,7 @@ import "runtime"
 // 2-core VM: less added latency (p50 -40..-130 µs), about 25% less CPU per
 // proxied call and higher throughput with 8 clients.
 //
-// One P also serves the fast path with the API connection (issue 23), where
+// One P also serves the fast path with the API connection, where
 // the informer decodes every change of the node's pods on the P the sync
 // loop needs: with 1000 pods updated 50 times a second and a ready sandbox
 // each, a crossing of a hard threshold was decided no later on one P than on

@@ -253,7 +253,7 @@ func TestRestoreDegraded(t *testing.T) {
 }
 
 // TestRestoreTooLarge: a sandbox list larger than a message may carry
-// (containerd's own send limit: issue 17 item 6) does not heal by waiting:
+// (containerd's own send limit) does not heal by waiting:
 // start-up serves degraded at once, however long restoreTimeout is, and the
 // background retry finishes the restore. Other failures are waited for.
 func TestRestoreTooLarge(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 
 // TestClusterAPI: cri-guard connected to the API server with the kubelet's
 // own credentials (cluster.sh start-cri-guard api) decides with what only
-// the API says and reports its decisions as the kubelet does (issue 15):
+// the API says and reports its decisions as the kubelet does, so that
+// kubectl and controllers see the same outcome as after a kubelet eviction:
 //
 //   - an evicted BestEffort Deployment replica ends Failed, reason Evicted,
 //     the kubelet's message and DisruptionTarget, with a Warning event

@@ -18,7 +18,7 @@ import (
 )
 
 // TestClusterKubeletRestart: the kubelet is restarted 30 s after an
-// eviction and a rejection reported by cri-guard (issue 24). Its status
+// eviction and a rejection reported by cri-guard. Its status
 // manager starts from an empty cache and resyncs every pod's status; the
 // reports must survive it: for the 60 s after the restart both pods stay
 // Failed, and a report the kubelet replaces is written again by cri-guard's

@@ -22,7 +22,9 @@ import (
 	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
-// TestClusterStorm counts the storm of issue 24 in one scenario, for three
+// TestClusterStorm counts the storm of replacements that refused pods cause
+// (each refusal reported Failed, its owner creating another at once) in one
+// scenario, for three
 // cri-guards in turn, each connected to the API server: a 2-replica
 // BestEffort Deployment runs, then memory pressure holds for
 // CRI_GUARD_STORM_PRESSURE (default 5m; cri-guard evicts both replicas at
@@ -32,15 +34,16 @@ import (
 // Failed pods, the events (cri-guard's and in all) and cri-guard's API
 // writes (cri_guard_api_writes_total), and prints one table. The variants:
 //
-//   - base: the cri-guard binary in CRI_GUARD_STORM_BASE, today's code
-//     (a09c6bc), with the kubelet's credentials: every refused pod is
-//     reported Failed and replaced at once;
+//   - base: the cri-guard binary in CRI_GUARD_STORM_BASE, a build to compare
+//     with (one without the per-owner bound and the taint: every refused
+//     pod is reported Failed and replaced at once), with the kubelet's
+//     credentials;
 //   - notaint: this checkout, the kubelet's credentials only (no taint):
 //     the rejections reported are bounded per owner;
 //   - taint: this checkout with the node taint (contrib/rbac.yaml's
 //     ServiceAccount).
 //
-// Only what the issue states is asserted, for the taint variant: no
+// Only what the taint promises is asserted, for the taint variant: no
 // replacement created during the pressure ends Failed, each waits Pending
 // and the replicas run after the calm; the waiter waits Pending with a
 // FailedScheduling event about the taint and runs after the calm (a Failed
@@ -50,13 +53,13 @@ import (
 //
 //	CRI_GUARD_STORM=1 CRI_GUARD_STORM_BASE=/tmp/cg-base/bin/cri-guard \
 //	CRI_GUARD_CLUSTER=/tmp/cri-guard-cluster go test -tags integration \
-//	    -count=1 -timeout 60m -v -run '^TestClusterStorm$' ./integration/
+//	    -count=1 -timeout 60m -v -run '^TestClusterStorm$' ./integration/cluster/
 //
 // CRI_GUARD_STORM_VARIANTS (comma-separated, default base,notaint,taint)
 // picks variants; CRI_GUARD_STORM_PRESSURE=30s makes a quick functional run.
 func TestClusterStorm(t *testing.T) {
 	if os.Getenv("CRI_GUARD_STORM") != "1" {
-		t.Skip("storm: opt-in (3 variants of CRI_GUARD_STORM_PRESSURE, default 5m, each): set CRI_GUARD_STORM=1 and CRI_GUARD_STORM_BASE to today's cri-guard binary")
+		t.Skip("storm: opt-in (3 variants of CRI_GUARD_STORM_PRESSURE, default 5m, each): set CRI_GUARD_STORM=1 and CRI_GUARD_STORM_BASE to the cri-guard binary to compare with")
 	}
 	c := needCluster(t)
 	pressure := 5 * time.Minute
@@ -73,7 +76,7 @@ func TestClusterStorm(t *testing.T) {
 	}
 	_, orig := c.restoreAPIConfigAtCleanup(t)
 	variants := map[string]stormVariant{
-		"base":    {key: "base", name: "today (a09c6bc), no taint", bin: os.Getenv("CRI_GUARD_STORM_BASE")},
+		"base":    {key: "base", name: "base (CRI_GUARD_STORM_BASE), no taint", bin: os.Getenv("CRI_GUARD_STORM_BASE")},
 		"notaint": {key: "notaint", name: "new, no taint credentials"},
 		"taint":   {key: "taint", name: "new, taint", taint: true},
 	}
@@ -85,7 +88,7 @@ func TestClusterStorm(t *testing.T) {
 		}
 		t.Run(k, func(t *testing.T) {
 			if k == "base" && v.bin == "" {
-				t.Skip("base: CRI_GUARD_STORM_BASE names no binary (git worktree add /tmp/cg-base a09c6bc && make -C /tmp/cg-base build)")
+				t.Skip("base: CRI_GUARD_STORM_BASE names no binary (git worktree add /tmp/cg-base <older commit> && make -C /tmp/cg-base build)")
 			}
 			taintKC := ""
 			if v.taint {

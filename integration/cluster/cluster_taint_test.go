@@ -16,7 +16,8 @@ import (
 
 // TestClusterTaint: cri-guard with the taint on (kubernetes.taint, the
 // identity of contrib/rbac.yaml) keeps the scheduler from sending the node
-// pods it would refuse (issue 24):
+// pods it would refuse (each refused pod is otherwise a failed sandbox
+// the kubelet retries):
 //
 //   - with the kubelet's own credentials for the taint (NodeRestriction
 //     forbids a node its taints) the taint is unavailable, said in status;

@@ -2,7 +2,7 @@
 // (build tag `integration`): cgroup v2 with systemd as PID 1, containerd 2.x
 // with the systemd cgroup driver, a current kubelet, and cri-guard installed
 // from its .deb and run by its unit. That platform runs in the User-mode Linux
-// guest of scripts/vm.sh (this machine kind can be none of it itself).
+// guest of scripts/vm.sh (the CI host can be none of it itself).
 //
 // UML is slow at creating processes (a crictl call takes seconds) and at page
 // faults (a few MB/s): each test sends the guest one script (testdata/*.sh,

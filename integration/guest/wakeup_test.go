@@ -20,13 +20,13 @@ import (
 const wakeThreshold = "300Mi"
 
 // wakeups are the values of the `wakeup` field of cri-guard's `evicting pod`
-// line (issue 22): what woke the pass that decided.
+// line: what woke the pass that decided.
 var wakeups = map[string]bool{
 	"tick": true, "trigger": true, "notification": true, "memory-events": true,
 	"follow-up": true, "fast-poll": true,
 }
 
-// TestGuestWakeupBeforeHousekeeping (issue 22): with housekeeping every 60 s,
+// TestGuestWakeupBeforeHousekeeping: with housekeeping every 60 s,
 // a runaway pod pushes kubepods.slice under a hard threshold and cri-guard
 // evicts it from a pass that something other than the housekeeping tick woke,
 // its log naming that wake-up, before any OOM kill in the slice.
@@ -62,7 +62,7 @@ func TestGuestWakeupBeforeHousekeeping(t *testing.T) {
 	wakeup, armedBy := r.get("wakeup"), r.get("armed_by")
 	switch {
 	case wakeup == "":
-		t.Errorf("cri-guard's `evicting pod` line names no wakeup= (a cri-guard without issue 22's wake-up fields): %q", decision)
+		t.Errorf("cri-guard's `evicting pod` line names no wakeup= (a cri-guard older than the wake-up fields): %q", decision)
 	case !wakeups[wakeup]:
 		t.Errorf("wakeup=%q is none of tick, trigger, notification, memory-events, follow-up, fast-poll: %q", wakeup, decision)
 	case wakeup == "tick":

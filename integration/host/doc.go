@@ -15,13 +15,12 @@
 // tests need the second containerd of `scripts/rt.sh up-events` too
 // (CRI_GUARD_RT_EVENTS names its socket).
 //
-// The TestHostile* tests are issue 17's hostile host, one per item against
-// the real containerd (items 1 and 2, floods, are measured in
-// integration/hostile): a FIFO at meminfo (3), SIGHUP and the pressure
-// history (4), a full state disk and the re-admission guard (5), sandbox
-// configs larger than a list answer may be (6), a full state disk and
-// critical pods (8), forged and untrusted state (7), broken stats files
-// (9), bad uids, failing and cut RunPodSandbox calls (10). Each was seen
+// The TestHostile* tests put cri-guard on a hostile host, against the real
+// containerd (the floods are measured in integration/hostile): a FIFO at
+// meminfo, SIGHUP and the pressure history, a full state disk and the
+// re-admission guard, sandbox configs larger than a list answer may be, a
+// full state disk and critical pods, forged and untrusted state, broken
+// stats files, bad uids, failing and cut RunPodSandbox calls. Each was seen
 // failing on the code before the fixes: CRI_GUARD_BIN=<older build> runs
 // the package against another binary.
 //

@@ -28,14 +28,14 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// The tests of issue 17 ("hostile host") items 5, 6 and 8 that need the
+// The hostile-host tests that need the
 // real cri-guard in front of the real containerd: a full state disk, and
 // sandboxes whose configs make containerd's sandbox list too large.
 
 // putErrors is the series that counts failed checkpoint writes.
 const putErrors = `cri_guard_checkpoint_operations_total{op="put",result="error"}`
 
-// TestHostileFullDiskKeepsGuard (issue 17 item 5): an evicted pod's
+// TestHostileFullDiskKeepsGuard: an evicted pod's
 // EvictedAt cannot be written because the state disk is full. Once space
 // returns the record must be written after all, so that a cri-guard
 // restarted under the same pressure still refuses the pod's recreation
@@ -112,7 +112,7 @@ adminSocket: ""
 	again.Labels[runLabel] = run
 	again.Metadata.Attempt = 1
 	if id2, err := runPod(rt, again); err == nil {
-		t.Fatalf("issue 17 item 5: the recreation of the pod evicted while the state disk was full (uid %s, attempt 1) was admitted after a restart under the same pressure (sandbox %s): the re-admission guard was lost with the failed EvictedAt write", uid, id2)
+		t.Fatalf("the recreation of the pod evicted while the state disk was full (uid %s, attempt 1) was admitted after a restart under the same pressure (sandbox %s): the re-admission guard was lost with the failed EvictedAt write", uid, id2)
 	} else if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "Evicted") {
 		t.Fatalf("recreation of the evicted pod: %v, want ResourceExhausted, Evicted", err)
 	} else {
@@ -128,7 +128,7 @@ adminSocket: ""
 	}
 }
 
-// TestHostileFullDiskAdmits (issue 17 item 8): with the state disk full
+// TestHostileFullDiskAdmits: with the state disk full
 // from the start, RunPodSandbox of a static (critical) pod and of an
 // ordinary one through cri-guard both create a ready sandbox; the failed
 // writes are counted and logged; once space returns both records are
@@ -167,7 +167,7 @@ adminSocket: ""
 	for _, kind := range []string{"static", "ordinary"} {
 		id, err := runPod(rt, pods[kind])
 		if err != nil {
-			t.Errorf("issue 17 item 8: RunPodSandbox of the %s pod with the state disk full: %v: cri-guard's bookkeeping refused a pod", kind, err)
+			t.Errorf("RunPodSandbox of the %s pod with the state disk full: %v: cri-guard's bookkeeping refused a pod", kind, err)
 			continue
 		}
 		ids[kind] = id
@@ -338,7 +338,7 @@ func metricValue(t *testing.T, addr, series string) float64 {
 	return sum
 }
 
-// Item 6's sandboxes: hugeSandboxes of them, each with hugeAnnotations
+// The huge sandboxes: hugeSandboxes of them, each with hugeAnnotations
 // annotations of hugeValue bytes: 4 MiB a request (containerd takes 16),
 // 24 MiB of configs in containerd's sandbox list, which containerd itself
 // then refuses to send (its 16 MiB send limit).
@@ -351,7 +351,7 @@ const (
 	hugeServeBound = 20 * time.Second
 )
 
-// TestHostileHugeSandboxConfigs (issue 17 item 6): sandboxes whose configs
+// TestHostileHugeSandboxConfigs: sandboxes whose configs
 // (annotations, legal for containerd) make the sandbox list larger than the
 // 16 MiB a CRI message may carry. cri-guard started in front of them must
 // serve within a bound (Version), show the restore it could not finish
@@ -409,7 +409,7 @@ adminSocket: `+adminSocket+`
 	gp := newGuardProc(t, env, append(cfg, newFakeStats(t).args()...)...)
 	start = time.Now()
 	if err := gp.startWithin(hugeServeBound); err != nil {
-		t.Fatalf("issue 17 item 6: cri-guard in front of %d sandboxes with %d MiB of configs: %v", len(huge), len(huge)*hugeAnnotations*hugeValue>>20, err)
+		t.Fatalf("cri-guard in front of %d sandboxes with %d MiB of configs: %v", len(huge), len(huge)*hugeAnnotations*hugeValue>>20, err)
 	}
 	t.Logf("cri-guard serving %.1fs after its start", time.Since(start).Seconds())
 	st, err := admin.Fetch(context.Background(), adminSocket)

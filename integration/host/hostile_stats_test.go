@@ -27,7 +27,7 @@ import (
 	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
-// The tests of issue 17 ("hostile host") items 3, 4 and 9 against the real
+// The hostile-host tests against the real
 // binary in front of the harness containerd: stats files that block or
 // break, and SIGHUP reloads under pressure. Each wait is bounded, so that a
 // build with the defect (CRI_GUARD_BIN) fails with the item named instead
@@ -250,7 +250,7 @@ func replaceWithFIFO(t *testing.T, path string) {
 	}
 }
 
-// TestHostileStatsFIFO (issue 17 item 3): a FIFO replaces meminfo under a
+// TestHostileStatsFIFO: a FIFO replaces meminfo under a
 // running cri-guard. A read of it blocks forever; before the fix it blocked
 // the sync loop, so RunPodSandbox ended in DeadlineExceeded, nothing was
 // logged or counted and SIGTERM did not end the process. Now:
@@ -285,29 +285,29 @@ func TestHostileStatsFIFO(t *testing.T) {
 	id, took, err := h.runPod(t, hostilePod("fifo", uid))
 	t.Logf("RunPodSandbox with a FIFO at meminfo answered in %v: %v (code %s, sandbox %q)", took.Round(time.Millisecond), err, status.Code(err), id)
 	if status.Code(err) == codes.DeadlineExceeded {
-		t.Errorf("item 3: RunPodSandbox through cri-guard not answered within %s with a FIFO at meminfo: the stats read blocks the sync loop", hostileBound)
+		t.Errorf("RunPodSandbox through cri-guard not answered within %s with a FIFO at meminfo: the stats read blocks the sync loop", hostileBound)
 	}
 
 	st, err := h.status()
 	switch {
 	case err != nil:
-		t.Errorf("item 3: status with a FIFO at meminfo: %v", err)
+		t.Errorf("status with a FIFO at meminfo: %v", err)
 	case !strings.Contains(st.StatsError, "meminfo"):
-		t.Errorf("item 3: status with a FIFO at meminfo shows stats error %q, want the meminfo read's error", st.StatsError)
+		t.Errorf("status with a FIFO at meminfo shows stats error %q, want the meminfo read's error", st.StatsError)
 	default:
 		t.Logf("status: stats error %q", st.StatsError)
 	}
 	if page, err := h.scrape(); err != nil {
-		t.Errorf("item 3: metrics with a FIFO at meminfo: %v", err)
+		t.Errorf("metrics with a FIFO at meminfo: %v", err)
 	} else {
 		n, _ := metric(page, "cri_guard_stats_errors_total", "")
 		gauge, _ := metric(page, "cri_guard_stats_error", "")
 		if n <= errorsBefore || gauge != 1 {
-			t.Errorf("item 3: with a FIFO at meminfo cri_guard_stats_errors_total %v (was %v), cri_guard_stats_error %v: the failed samples are not counted", n, errorsBefore, gauge)
+			t.Errorf("with a FIFO at meminfo cri_guard_stats_errors_total %v (was %v), cri_guard_stats_error %v: the failed samples are not counted", n, errorsBefore, gauge)
 		}
 	}
 	if h.logCount("cannot read node memory stats") == 0 {
-		t.Errorf("item 3: nothing logged of the unreadable meminfo (no \"cannot read node memory stats\")")
+		t.Errorf("nothing logged of the unreadable meminfo (no \"cannot read node memory stats\")")
 	}
 
 	stats.setAvailable(t, 12<<30) // a regular file again, by rename
@@ -318,17 +318,17 @@ func TestHostileStatsFIFO(t *testing.T) {
 		}
 		return st.StatsError == "", "stats error " + st.StatsError
 	}); !ok {
-		t.Errorf("item 3: a regular meminfo put back is not picked up within 5s: %s", note)
+		t.Errorf("a regular meminfo put back is not picked up within 5s: %s", note)
 	}
 
 	took, err = h.terminate(hostileBound)
 	t.Logf("SIGTERM to exit: %v", took.Round(time.Millisecond))
 	if err != nil {
-		t.Errorf("item 3: %v", err)
+		t.Errorf("%v", err)
 	}
 }
 
-// TestHostileReloadKeepsHistory (issue 17 item 4): a SIGHUP with the config
+// TestHostileReloadKeepsHistory: a SIGHUP with the config
 // file unchanged must not restart the thresholds' observation state. Before
 // the fix a reload dropped MemoryPressure within its transition period
 // (a BestEffort pod was admitted) and restarted a soft threshold's grace
@@ -387,7 +387,7 @@ evictionPressureTransitionPeriod: 30s
 		}
 		st := h.mustStatus(t)
 		if !slices.Contains(st.Conditions, "MemoryPressure") {
-			t.Errorf("item 4: MemoryPressure dropped by a SIGHUP with the file unchanged, within its 30s transition period: conditions %v", st.Conditions)
+			t.Errorf("MemoryPressure dropped by a SIGHUP with the file unchanged, within its 30s transition period: conditions %v", st.Conditions)
 		}
 		uid := harness.NewUID(t)
 		id, took, err := h.runPod(t, hostilePod("reload", uid))
@@ -395,7 +395,7 @@ evictionPressureTransitionPeriod: 30s
 		case codes.ResourceExhausted:
 			t.Logf("BestEffort pod refused after the reload in %v: %v", took.Round(time.Millisecond), status.Convert(err).Message())
 		case codes.OK:
-			t.Errorf("item 4: BestEffort pod admitted (sandbox %s) after a SIGHUP with the file unchanged, within MemoryPressure's 30s transition period: the reload forgot the pressure history", id)
+			t.Errorf("BestEffort pod admitted (sandbox %s) after a SIGHUP with the file unchanged, within MemoryPressure's 30s transition period: the reload forgot the pressure history", id)
 		default:
 			t.Errorf("BestEffort RunPodSandbox after the reload: %v, want ResourceExhausted", err)
 		}
@@ -449,7 +449,7 @@ evictionPressureTransitionPeriod: 5s
 		})
 		n := h.logCount("eviction thresholds reloaded") - reloads
 		if !ok {
-			t.Fatalf("item 4: BestEffort pod not evicted within %s of memory.available 500Mi under a soft 1Gi threshold with a 3s grace period, with a SIGHUP every second (%d reloads, file unchanged): each reload restarts the grace period (sandbox still %s)", bound, n, note)
+			t.Fatalf("BestEffort pod not evicted within %s of memory.available 500Mi under a soft 1Gi threshold with a 3s grace period, with a SIGHUP every second (%d reloads, file unchanged): each reload restarts the grace period (sandbox still %s)", bound, n, note)
 		}
 		t.Logf("evicted %v after the pressure began, through %d reloads", time.Since(start).Round(100*time.Millisecond), n)
 		if n < 3 {
@@ -458,7 +458,7 @@ evictionPressureTransitionPeriod: 5s
 	})
 }
 
-// TestHostileBrokenStatsFiles (issue 17 item 9): stats files that go
+// TestHostileBrokenStatsFiles: stats files that go
 // missing or hold garbage. Before the fix a missing PSI file disabled the
 // PSI threshold in silence, garbage in it failed the whole sample (so
 // memory.available could not evict either), and with meminfo gone status
@@ -505,10 +505,10 @@ evictionPressureTransitionPeriod: 30s
 		return s.Observed == "" && named, fmt.Sprintf("%s observed %q, signal errors %q", psi, s.Observed, st.SignalErrors)
 	})
 	if !ok {
-		t.Errorf("item 9: pressure/memory removed, status does not say that the %s threshold cannot act: %s", psi, note)
+		t.Errorf("pressure/memory removed, status does not say that the %s threshold cannot act: %s", psi, note)
 	}
 	if h.logCount("thresholds on signals missing from the sample cannot act") == 0 {
-		t.Errorf("item 9: pressure/memory removed, nothing logged of the %s threshold that cannot act", psi)
+		t.Errorf("pressure/memory removed, nothing logged of the %s threshold that cannot act", psi)
 	}
 
 	// garbage in the PSI file: PSI is lost, memory.available still evicts
@@ -522,7 +522,7 @@ evictionPressureTransitionPeriod: 30s
 		return psiErr, fmt.Sprintf("stats error %q, signal errors %q", st.StatsError, st.SignalErrors)
 	})
 	if !ok {
-		t.Errorf("item 9: garbage in pressure/memory not shown as a PSI signal error: %s", note)
+		t.Errorf("garbage in pressure/memory not shown as a PSI signal error: %s", note)
 	}
 	stats.setAvailable(t, 500<<20)
 	start := time.Now()
@@ -534,7 +534,7 @@ evictionPressureTransitionPeriod: 30s
 		t.Logf("with garbage in pressure/memory, evicted %v after memory.available fell under its threshold", time.Since(start).Round(100*time.Millisecond))
 	} else {
 		st, _ := h.status()
-		t.Errorf("item 9: BestEffort pod not evicted within %s of memory.available 500Mi under its 1Gi hard threshold with garbage in pressure/memory: the broken PSI file disables memory.available (sandbox still %s, stats error %q)", hostileBound, note, st.StatsError)
+		t.Errorf("BestEffort pod not evicted within %s of memory.available 500Mi under its 1Gi hard threshold with garbage in pressure/memory: the broken PSI file disables memory.available (sandbox still %s, stats error %q)", hostileBound, note, st.StatsError)
 	}
 
 	// meminfo gone, under pressure: no figure or condition shown as current
@@ -554,7 +554,7 @@ evictionPressureTransitionPeriod: 30s
 		return st.StatsError != "", "no stats error"
 	})
 	if !ok {
-		t.Fatalf("item 9: meminfo removed, status shows no stats error within 5s: %s", note)
+		t.Fatalf("meminfo removed, status shows no stats error within 5s: %s", note)
 	}
 	page, err := h.scrape()
 	if err != nil {
@@ -569,7 +569,7 @@ evictionPressureTransitionPeriod: 30s
 		n, _ := metric(pg, "cri_guard_stats_errors_total", "")
 		return err == nil && n >= failed+4, fmt.Sprintf("stats errors %v (was %v), %v", n, failed, err)
 	}); !ok {
-		t.Errorf("item 9: meminfo removed, failed samples not counted: %s", note)
+		t.Errorf("meminfo removed, failed samples not counted: %s", note)
 	}
 	st2 := h.mustStatus(t)
 	page2, err := h.scrape()
@@ -578,23 +578,23 @@ evictionPressureTransitionPeriod: 30s
 	}
 	t.Logf("meminfo removed: stats error %q, sampled at %s, conditions %v", st2.StatsError, st2.SampledAt.Format(time.RFC3339Nano), st2.Conditions)
 	if !st2.SampledAt.Equal(st.SampledAt) {
-		t.Errorf("item 9: meminfo removed, status sampledAt advanced from %s to %s on failed samples", st.SampledAt.Format(time.RFC3339Nano), st2.SampledAt.Format(time.RFC3339Nano))
+		t.Errorf("meminfo removed, status sampledAt advanced from %s to %s on failed samples", st.SampledAt.Format(time.RFC3339Nano), st2.SampledAt.Format(time.RFC3339Nano))
 	}
 	if stamp2, _ := metric(page2, "cri_guard_last_sample_timestamp_seconds", ""); stamp2 != stamp {
-		t.Errorf("item 9: meminfo removed, cri_guard_last_sample_timestamp_seconds advanced from %.3f to %.3f on failed samples", stamp, stamp2)
+		t.Errorf("meminfo removed, cri_guard_last_sample_timestamp_seconds advanced from %.3f to %.3f on failed samples", stamp, stamp2)
 	}
 	if gauge, _ := metric(page2, "cri_guard_stats_error", ""); gauge != 1 {
-		t.Errorf("item 9: meminfo removed, cri_guard_stats_error %v, want 1", gauge)
+		t.Errorf("meminfo removed, cri_guard_stats_error %v, want 1", gauge)
 	}
 	if v, ok := metric(page2, "cri_guard_signal_value", `signal="memory.available"`); ok {
-		t.Errorf("item 9: meminfo removed, metrics still export memory.available %v as current", v)
+		t.Errorf("meminfo removed, metrics still export memory.available %v as current", v)
 	}
 	// onStatsError admit: admission acts on no condition, and so must
 	// status and metrics
 	if len(st2.Conditions) != 0 {
-		t.Errorf("item 9: meminfo removed (onStatsError admit), status shows conditions %v that admission does not act on", st2.Conditions)
+		t.Errorf("meminfo removed (onStatsError admit), status shows conditions %v that admission does not act on", st2.Conditions)
 	}
 	if v, _ := metric(page2, "cri_guard_node_condition", `condition="MemoryPressure"`); v != 0 {
-		t.Errorf("item 9: meminfo removed (onStatsError admit), cri_guard_node_condition{MemoryPressure} %v, want 0", v)
+		t.Errorf("meminfo removed (onStatsError admit), cri_guard_node_condition{MemoryPressure} %v, want 0", v)
 	}
 }

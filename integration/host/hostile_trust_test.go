@@ -28,14 +28,14 @@ import (
 
 // quietConfig is a cri-guard config that listens on nothing but its CRI
 // socket (several run at once) and has no PSI trigger (the fake stats have
-// none); valid for builds before issue 17 too.
+// none); older builds, run with CRI_GUARD_BIN, accept it too.
 const quietConfig = `
 psiTrigger: ""
 metricsAddress: ""
 adminSocket: ""
 `
 
-// TestHostileForgedState (issue 17 item 7): cri-guard does not trust its
+// TestHostileForgedState: cri-guard does not trust its
 // state directory too much.
 //
 //   - a forged record: a static (critical) pod's checkpoint, edited through the
@@ -206,7 +206,7 @@ func TestHostileForgedState(t *testing.T) {
 	})
 }
 
-// TestHostileBadRequests (issue 17 item 10): small defects of RunPodSandbox
+// TestHostileBadRequests: small defects of RunPodSandbox
 // through cri-guard in front of containerd.
 //
 //   - a uid that cannot name a record (300 bytes, "bad/uid", "..") is

@@ -33,7 +33,7 @@ func TestCrictlLifecycle(t *testing.T) {
 		t.Fatalf("crictl version through cri-guard = %q, want containerd", version)
 	}
 	// The daemon runs as started: no re-execution that keeps Go's sysmon
-	// awake (it cost 0.3% of a core idle, issue 22; an opt-in through
+	// awake (it cost 0.3% of a core idle; an opt-in through
 	// GODEBUG now).
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.Cmd.Process.Pid))
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // reloadNamespace is the namespace of TestReloadMovesFastPaths' pod.
 const reloadNamespace = "cri-guard-reload"
 
-// TestReloadMovesFastPaths (issue 23, must-show 2): a SIGHUP that raises a
+// TestReloadMovesFastPaths: a SIGHUP that raises a
 // hard allocatableMemory.available threshold (100Mi -> 400Mi of a 1Gi pods
 // cgroup) moves every fast path armed for it at once. Housekeeping is an
 // hour and the PSI trigger is off, so only a fast path can see a runaway

@@ -1,7 +1,7 @@
 //go:build integration
 
 // Package hostile measures the built cri-guard binary (bin/cri-guard, from
-// make build) under the floods of issue 17, in front of an in-process fake
+// make build) under floods from a local client, in front of an in-process fake
 // runtime: RSS, goroutines and descriptors during and after 100,000 HEADERS
 // frames on one CRI connection and 20,000 connection attempts on the
 // metrics port, and a CRI call's latency meanwhile. It logs figures and

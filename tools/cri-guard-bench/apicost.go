@@ -66,7 +66,7 @@ func (b *binaryFlags) Set(v string) error {
 	return nil
 }
 
-// apicostMain is `cri-guard-bench apicost` (issue 24): what cri-guard's API
+// apicostMain is `cri-guard-bench apicost`: what cri-guard's API
 // side costs with many pods bound to its node. On a cluster's API server it
 // makes a Node no kubelet serves and --pods pods bound to it (tolerating
 // every taint, so that the node lifecycle controller's taints evict none of

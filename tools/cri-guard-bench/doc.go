@@ -41,7 +41,7 @@
 //	cri-guard-bench idle --runtime-endpoint /tmp/cri-guard-rt/containerd.sock \
 //	    --cri-guard-binary bin/cri-guard [--modes default,psi --duration 10m]
 //
-// The maxprocs subcommand (issue 23) chooses cri-guard's GOMAXPROCS by
+// The maxprocs subcommand chooses cri-guard's GOMAXPROCS by
 // measurement: the fast path's decision latency while the API informer
 // decodes a steady stream of pod updates (1000 pods bound to the node,
 // 50 updates/s by default), and CPU seconds per second, for each
@@ -65,7 +65,7 @@
 //	/tmp/cri-guard-bench maxprocs --cri-guard-binary bin/cri-guard \
 //	    [--kubeconfig /tmp/cri-guard-cluster/admin.kubeconfig] [--rounds 4 --crossings 25]
 //
-// The apicost subcommand measures cri-guard's API side (issue 24) on a
+// The apicost subcommand measures cri-guard's API side on a
 // cluster's API server (scripts/cluster.sh up): a Node no kubelet serves,
 // 1000 pods bound to it (no sandboxes), and each --binary in turn, the
 // order alternated per round, run as that node with the given kubeconfig;

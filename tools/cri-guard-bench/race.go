@@ -49,7 +49,7 @@ type raceOptions struct {
 	// 22): one runaway, four at once, one that ignores SIGTERM.
 	Scenarios []string
 	// SlowStateDir, when set, races every mode a second time with its
-	// state dir made in this directory (a tools/slowfs mount: issue 23).
+	// state dir made in this directory (a tools/slowfs mount: a slow state disk).
 	SlowStateDir string
 }
 

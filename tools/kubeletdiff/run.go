@@ -252,7 +252,7 @@ func runScenario(s *scenario, dir string, r *report) error {
 			}
 			// cri-guard's refusal is the kubelet's message followed by what
 			// it observed ("Observed memory.available 80Mi < 100Mi. "), as
-			// issue 13 asks: the kubelet's sentence must be the prefix
+			// the kubelet's sentence must be the prefix
 			rest, prefixed := strings.CutPrefix(ca.Message, ka.Message)
 			if ka.Reason == ca.Reason && prefixed && (rest == "" || strings.HasPrefix(rest, "Observed ")) {
 				r.agree(FieldAdmitMsg)

@@ -2,7 +2,7 @@
 // backing directory whose fsync(2) and fdatasync(2), of files and of
 // directories, sleep a fixed delay before the real fsync on the backing
 // file: a state disk on which one fsync really takes a second or more,
-// for measuring cri-guard with its state dir on a slow disk (issue 23).
+// for measuring cri-guard with its state dir on a slow disk.
 // Reads, writes, renames and the rest pass through at once.
 //
 //	slowfs -delay 1s [-dir-delay 1s] BACKING MOUNTPOINT
