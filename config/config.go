@@ -33,7 +33,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the duration as a string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
-// Critical selects which pods are critical (DESIGN.md, "Critical rules").
+// Critical selects which pods are critical (docs/design.md, "Critical rules").
 type Critical struct {
 	// Rules is "modern" (today's kubelet) or "seed" (ExperimentalCriticalPodAnnotation).
 	Rules string `json:"rules"`

@@ -8,7 +8,7 @@
 // already runs (FromSandboxStatus). The CRI request carries neither the QoS
 // class nor the priority: QoS is read from linux.cgroup_parent
 // (QOSFromCgroupParent), priority from a configurable annotation, and which
-// pods are critical follows CriticalRules (DESIGN.md "Critical rules").
+// pods are critical follows CriticalRules (docs/design.md, "Critical rules").
 //
 // Package pod imports no other cri-guard package; everything else may import
 // it.

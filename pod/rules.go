@@ -23,7 +23,7 @@ const (
 	ModeSeed = "seed"
 )
 
-// CriticalRules says which pods are critical (docs/design.md "Critical rules").
+// CriticalRules says which pods are critical (docs/design.md, "Critical rules").
 // The zero value is the modern rules with no priority annotation: a pod's
 // priority then comes only from the API server (spec.priority), which a pod
 // author cannot raise past what its priority class grants.

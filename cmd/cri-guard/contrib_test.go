@@ -23,7 +23,8 @@ func TestContribConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The example differs from the defaults where DESIGN.md says so.
+	// The example sets what the defaults leave out (a pods cgroup, a soft
+	// threshold, minimum reclaim), and is read as written.
 	if cfg.PodsCgroup != "/kubepods.slice" || cfg.EvictionSoft["memory.available"] != "300Mi" || cfg.EvictionMinimumReclaim["memory.available"] != "200Mi" {
 		t.Errorf("example config not read as written: %+v", cfg)
 	}
