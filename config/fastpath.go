@@ -24,8 +24,8 @@ type FastPoll struct {
 	MaxRate string `json:"maxRate"`
 }
 
-// The fast path defaults: on, cheap enough to leave on (README, "Racing the
-// OOM killer").
+// The fast path defaults: on, cheap enough to leave on (docs/behaviour.md,
+// "Racing the OOM killer"; docs/benchmarks.md measures them).
 const (
 	DefaultKernelMemcgNotification = true
 	DefaultFastPollInterval        = 10 * time.Millisecond

@@ -152,7 +152,7 @@ build() {
       go build -trimpath -ldflags '-s -w' -o "$KBIN/etcd.tmp" go.etcd.io/etcd/server/v3)
     mv "$KBIN/etcd.tmp" "$KBIN/etcd"
   fi
-  ts "build Kubernetes $K8S: $cmds (cold: see README)"
+  ts "build Kubernetes $K8S: $cmds (cold: see docs/testing.md)"
   # Every staging module the release replaces (./staging/src/k8s.io/X), at its v0.x tag.
   local kdir
   kdir=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')

@@ -30,6 +30,8 @@ install -D -m 0644 "$src/contrib/config.yaml" "$r/etc/cri-guard/config.yaml"
 install -D -m 0644 "$src/contrib/systemd/kubelet.service.d/10-cri-guard.conf" \
   "$r/usr/share/cri-guard/kubelet.service.d/10-cri-guard.conf"
 install -D -m 0644 "$src/README.md" "$r/usr/share/doc/cri-guard/README.md"
+# the README links into docs/: ship them beside it so the links resolve
+for f in "$src"/docs/*.md; do install -D -m 0644 "$f" "$r/usr/share/doc/cri-guard/docs/${f##*/}"; done
 mkdir -p "$r/DEBIAN"
 install -m 0755 "$src"/contrib/deb/{postinst,prerm,postrm} "$r/DEBIAN/"
 echo /etc/cri-guard/config.yaml >"$r/DEBIAN/conffiles"

@@ -176,7 +176,7 @@ func unitSection(unit, section string) map[string][]string {
 }
 
 // TestContribRBAC: the taint's RBAC manifest is YAML of the objects the
-// README names, its ClusterRole allowing get and patch on nodes, bound to
+// docs name (behaviour.md, "The node taint"), its ClusterRole allowing get and patch on nodes, bound to
 // the ServiceAccount.
 func TestContribRBAC(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(contribDir, "rbac.yaml"))
