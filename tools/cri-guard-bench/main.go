@@ -105,6 +105,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "maxprocs" {
 		os.Exit(maxprocsMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "fleet" {
+		os.Exit(fleetMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "apicost" {
 		os.Exit(apicostMain(os.Args[2:]))
 	}
