@@ -99,9 +99,14 @@ func fleetMain(args []string) int {
 // fleetResult is the JSON output (--out).
 type fleetResult struct {
 	Options struct {
-		Old, New                          string
-		Nodes, Pods                       int
-		Quiet, After, Down, RestartWindow string
+		Old           string `json:"old"`
+		New           string `json:"new"`
+		Nodes         int    `json:"nodes"`
+		Pods          int    `json:"pods"`
+		Quiet         string `json:"quiet"`
+		After         string `json:"after"`
+		Down          string `json:"down"`
+		RestartWindow string `json:"restart_window"`
 	} `json:"options"`
 	Phases    []fleetPhase   `json:"phases"`
 	Wave      []waveResult   `json:"wave"`
@@ -240,13 +245,10 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		return err
 	}
 
-	last, err := readProcStats(c.api.pid())
-	if err != nil {
-		return err
-	}
-	before := last.cpu - cpu0.cpu
 	stopAt := time.Now()
 	c.api.stop()
+	// the stopped server's CPU since the last phase, its shutdown included
+	before := c.api.cpu() - cpu0.cpu
 	log.WithField("took", time.Since(stopAt).Round(100*time.Millisecond)).WithField("exit", fmt.Sprint(c.api.err)).Info("kube-apiserver stopped")
 	if err := sleepCtx(ctx, o.Down); err != nil {
 		return err

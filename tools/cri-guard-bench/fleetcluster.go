@@ -65,6 +65,15 @@ func (d *fleetDaemon) exited() bool {
 	}
 }
 
+// cpu is the user and system time of the process once it has exited (0
+// before).
+func (d *fleetDaemon) cpu() time.Duration {
+	if !d.exited() || d.cmd.ProcessState == nil {
+		return 0
+	}
+	return d.cmd.ProcessState.UserTime() + d.cmd.ProcessState.SystemTime()
+}
+
 // stop sends SIGTERM to the process (by its PID), SIGKILL after 30 s.
 // It may be called again.
 func (d *fleetDaemon) stop() {
@@ -366,7 +375,10 @@ func (p *countingProxy) close() {
 }
 
 // byteCount is what went through a proxy.
-type byteCount struct{ In, Out int64 }
+type byteCount struct {
+	In  int64 `json:"in"`
+	Out int64 `json:"out"`
+}
 
 func (p *countingProxy) bytes() byteCount { return byteCount{In: p.in.Load(), Out: p.out.Load()} }
 

@@ -150,11 +150,11 @@ func (n *fleetNode) stop(log *logrus.Entry) {
 
 // waveResult is what one node did in the wave.
 type waveResult struct {
-	Node     string
-	Evicted  string // the evicted pod's UID
-	Refused  int    // RunPodSandbox refused (ResourceExhausted)
-	Admitted int    // RunPodSandbox not refused
-	Err      string
+	Node     string `json:"node"`
+	Evicted  string `json:"evicted_pod_uid"`
+	Refused  int    `json:"refused"`     // RunPodSandbox refused (ResourceExhausted)
+	Admitted int    `json:"not_refused"` // RunPodSandbox not refused
+	Err      string `json:"error,omitempty"`
 }
 
 // fleetWave puts the node under memory pressure until cri-guard evicts one

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // fleetRow is one line of a phase's table: a figure per node per minute.
@@ -48,6 +49,9 @@ func printFleet(out io.Writer, o fleetOptions, res fleetResult) {
 		case "wave":
 			per = float64(o.Nodes)
 			fmt.Fprintln(out, "(per node of the fleet IN ALL, not per minute: the nodes under pressure and the others, until the last refusal)")
+		case "restart":
+			fmt.Fprintf(out, "(per minute over the whole phase: the stop (SIGTERM, up to 30 s), --down, the start, then --restart-window; the API was ready again %s after the phase began)\n",
+				p.Back.Sub(p.Start).Round(100*time.Millisecond))
 		}
 		for _, r := range fleetRows {
 			var cells []string
