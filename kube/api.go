@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,11 +47,57 @@ const (
 	watchSlack     = time.Minute
 )
 
+// relistSpread bounds the wait before a relist. When an API server comes
+// back after a restart its watch cache starts anew, every watch's resource
+// version is too old, and every node relists: without the wait all nodes
+// of a fleet do so in the same second the server is ready (measured: all
+// within half a second), a burst as large as the fleet. Spread uniformly
+// over 15 s, 5,000 nodes make about 330 lists a second (×2: pods and the
+// Node). The pod cache is at most that much staler after an outage; the
+// sync loop decides without the API meanwhile.
+const relistSpread = 15 * time.Second
+
 // restServer is the server over a core/v1 REST client; timeout bounds
 // each read and write.
 type restServer struct {
 	rc      rest.Interface
 	timeout time.Duration
+	// relistWait is the wait before a relist (nil: a random wait within
+	// relistSpread); tests set their own.
+	relistWait func(context.Context) error
+}
+
+// spreadWait waits a random time within relistSpread, or until ctx ends.
+func spreadWait(ctx context.Context) error {
+	t := time.NewTimer(rand.N(relistSpread))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// relistGate holds back a reflector's lists after its first successful
+// one. A first list that failed is not waited for again: a fallback from
+// watch-list to a plain list at start is not delayed.
+type relistGate struct {
+	listed atomic.Bool
+	wait   func(context.Context) error
+}
+
+func (g *relistGate) before(ctx context.Context) error {
+	if !g.listed.Load() {
+		return nil
+	}
+	return g.wait(ctx)
+}
+
+func (g *relistGate) done(err error) {
+	if err == nil {
+		g.listed.Store(true)
+	}
 }
 
 var _ server = restServer{}
@@ -65,15 +113,32 @@ func (s restServer) nodeListWatch(node string) cache.ListerWatcher {
 // listWatch lists and watches resource (all namespaces) with a field
 // selector, as cache.NewListWatchFromClient does, with deadlines of the
 // request's own rather than the HTTP client's.
+// A list (or a watch-list, a watch asking for the initial events) after
+// the reflector's first one waits within relistSpread first.
 func (s restServer) listWatch(resource string, sel fields.Selector) cache.ListerWatcher {
+	g := &relistGate{wait: s.relistWait}
+	if g.wait == nil {
+		g.wait = spreadWait
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			if err := g.before(ctx); err != nil {
+				return nil, err
+			}
 			o.FieldSelector = sel.String()
 			ctx, cancel := context.WithTimeout(ctx, max(s.timeout, minListTimeout))
 			defer cancel()
-			return s.rc.Get().Resource(resource).VersionedParams(&o, params).Do(ctx).Get()
+			obj, err := s.rc.Get().Resource(resource).VersionedParams(&o, params).Do(ctx).Get()
+			g.done(err)
+			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			initial := o.SendInitialEvents != nil && *o.SendInitialEvents
+			if initial {
+				if err := g.before(ctx); err != nil {
+					return nil, err
+				}
+			}
 			o.FieldSelector, o.Watch = sel.String(), true
 			d := 10 * time.Minute
 			if o.TimeoutSeconds != nil {
@@ -84,6 +149,10 @@ func (s restServer) listWatch(resource string, sel fields.Selector) cache.Lister
 			if err != nil {
 				cancel()
 				return nil, err
+			}
+			if initial {
+				// a watch-list: the list is its initial events
+				g.done(nil)
 			}
 			return cancelOnStop{Interface: w, cancel: cancel}, nil
 		},

@@ -122,6 +122,10 @@ current-context: x
 func (f *fakeAPI) start(cfg Config, prep ...func(*Client)) *Client {
 	f.t.Helper()
 	cfg.Kubeconfig, cfg.NodeName = f.kubeconfig(), "node-1"
+	if cfg.relistWait == nil {
+		// relists at once (production spreads them over relistSpread)
+		cfg.relistWait = func(context.Context) error { return nil }
+	}
 	l := logrus.New()
 	l.SetLevel(logrus.WarnLevel)
 	c, err := New(cfg, logrus.NewEntry(l), nil)
@@ -469,6 +473,52 @@ func TestExpiredWatchRelistsOnce(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := f.relists("pods"); n != 2 {
 		t.Fatalf("%d relists, want 2 (the first and one after the 410)", n)
+	}
+}
+
+// TestRelistWaits: the first list of the pods and of the Node is not held
+// back; a relist (after a 410) waits in the relist gate before it reaches
+// the server, so that a fleet's nodes do not all relist in the second an
+// API server comes back.
+func TestRelistWaits(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"))
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	wait := func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.start(Config{relistWait: wait})
+	waitFor(t, "listed", func() bool { return f.relists("pods") == 1 && f.relists("nodes") == 1 })
+	if n := len(entered); n != 0 {
+		t.Fatalf("the first lists waited %d times in the relist gate", n)
+	}
+	f.compact(2000, 1500)
+	close(f.watches("pods")[0].stop)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relist after a 410 did not wait in the gate")
+	}
+	if n := f.relists("pods"); n != 1 {
+		t.Fatalf("%d pod lists reached the server while the relist waits, want the first alone", n)
+	}
+	close(release)
+	waitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
+}
+
+// TestSpreadWaitEndsWithContext: the wait before a relist gives way to
+// the reflector's stop.
+func TestSpreadWaitEndsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := spreadWait(ctx); err == nil {
+		t.Fatal("spreadWait on an ended context returned nil")
 	}
 }
 

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -40,6 +41,9 @@ type Config struct {
 	// Taint, when not nil, puts cri-guard's taint (TaintKey) on the node
 	// while it sees memory pressure.
 	Taint *TaintConfig
+
+	// relistWait replaces the random wait before a relist (tests).
+	relistWait func(context.Context) error
 }
 
 // Observer is told of every API write and its result ("ok", "error",

@@ -73,7 +73,7 @@ func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
 		return nil, fmt.Errorf("kubernetes: node status heartbeat %v: must be at least %v", cfg.Heartbeat, minHeartbeat)
 	}
 	timeout := requestTimeout(cfg)
-	c := newClient(restServer{rc: rc, timeout: timeout}, node, cfg.Retry, log, obs)
+	c := newClient(restServer{rc: rc, timeout: timeout, relistWait: cfg.relistWait}, node, cfg.Retry, log, obs)
 	if cfg.Heartbeat > 0 {
 		c.heartbeat = cfg.Heartbeat
 	}
