@@ -145,40 +145,6 @@ func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duratio
 	return added, removed
 }
 
-// PodWorkingSet reads the pod's working set now (its pod cgroup, one
-// file): the sync loop watches an eviction's victim release its memory.
-// ok is false when it cannot be read (no stats, or the cgroup is gone).
-func (m *Manager) PodWorkingSet(p *pod.Pod) (ws int64, ok bool) {
-	st, err := m.sampler.Pod(p.CgroupParent)
-	if err != nil || !st.HasMemory {
-		return 0, false
-	}
-	return st.WorkingSetBytes, true
-}
-
-// podKiller is a sampler that can kill a pod's processes past the runtime
-// (pressure.Sampler.KillPod).
-type podKiller interface {
-	KillPod(cgroupParent string) (int, error)
-}
-
-// KillPod kills the pod's processes at once, past the runtime (a grace
-// cut: the node is a moment from OOM); it returns how many processes were
-// signalled (-1: the kernel's cgroup.kill, which does not say). Only the
-// pod's own cgroup is signalled (pod.IsOwnCgroup: named after its UID, as
-// the kubelet names it); the sampler then refuses anything outside the
-// pods cgroup. Safe from any goroutine.
-func (m *Manager) KillPod(p *pod.Pod) (int, error) {
-	k, ok := m.sampler.(podKiller)
-	if !ok {
-		return 0, errors.New("kill pod: the sampler cannot signal processes")
-	}
-	if !pod.IsOwnCgroup(p.CgroupParent, p.UID) {
-		return 0, fmt.Errorf("kill pod %s: its cgroup parent %q is not the kubelet's cgroup of this pod (pod<uid>): only the runtime stops it", p, p.CgroupParent)
-	}
-	return k.KillPod(p.CgroupParent)
-}
-
 // Observe samples the node and evaluates the thresholds, the first half of
 // Synchronize without choosing a pod: the sync loop calls it before
 // restored pods are admitted, and while an eviction's stop is under way,

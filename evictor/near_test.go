@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
@@ -103,50 +102,6 @@ func TestMemoryCriticalByRate(t *testing.T) {
 			why, crit := m.Evaluation().MemoryCritical()
 			if crit != tt.crit || !strings.Contains(why, tt.wantWords) {
 				t.Fatalf("critical = %v (%q), want %v with %q", crit, why, tt.crit, tt.wantWords)
-			}
-		})
-	}
-}
-
-// killSampler records the cgroup parents KillPod was asked to signal.
-type killSampler struct {
-	fakeSampler
-	killed []string
-}
-
-func (k *killSampler) KillPod(parent string) (int, error) {
-	k.killed = append(k.killed, parent)
-	return 1, nil
-}
-
-// TestKillPodOnlyItsOwnCgroup: a kill past the runtime reaches the sampler
-// only for the pod's own cgroup as the kubelet names it (pod<uid>), never
-// for a QoS tier, another pod's group or a parent the kubelet would not
-// give, whatever the sandbox's config said.
-func TestKillPodOnlyItsOwnCgroup(t *testing.T) {
-	const uid = "0e760759-7576-4c0b-89d0-bf5c9539026e"
-	tests := []struct {
-		name, parent string
-		kill         bool
-	}{
-		{"cgroupfs", "/kubepods/besteffort/pod" + uid, true},
-		{"systemd", "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0e760759_7576_4c0b_89d0_bf5c9539026e.slice", true},
-		{"the QoS tier", "/kubepods/besteffort", false},
-		{"another pod's", "/kubepods/besteffort/pod1b2c", false},
-		{"not the kubelet's", "/system.slice/pod" + uid, false},
-		{"none", "", false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := &killSampler{}
-			m, err := New(Config{}, Options{Sampler: s, Now: newClock().now, Log: quietLog()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := &pod.Pod{UID: uid, Name: "victim", Namespace: "default", CgroupParent: tt.parent}
-			_, err = m.KillPod(p)
-			if killed := len(s.killed) == 1; killed != tt.kill || (err == nil) != tt.kill {
-				t.Fatalf("KillPod(%q): signalled %q, err %v; want a kill: %v", tt.parent, s.killed, err, tt.kill)
 			}
 		})
 	}

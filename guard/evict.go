@@ -46,7 +46,7 @@ func (l *Loop) evict(e *evictor.Eviction) {
 	}
 	l.bound.take(l.now())
 	f := &inFlight{e: e, sandboxID: cur.SandboxID, wsAtStart: -1}
-	if ws, ok := l.ev.PodWorkingSet(cur); ok {
+	if ws, ok := l.podWorkingSet(cur); ok {
 		f.wsAtStart = ws
 	}
 	l.inflight = append(l.inflight, f)
@@ -145,7 +145,7 @@ func (l *Loop) cutGrace() {
 }
 
 // cutGraceOf kills f's victim at once (cutGrace): its pod cgroup's
-// processes with SIGKILL from here, past the runtime (Evictor.KillPod: the
+// processes with SIGKILL from here, past the runtime (killPod: the
 // kernel kills in microseconds, where containerd took 167 ms from
 // StopContainer to a dead process on the race's host, time in which
 // several runaways use the last of the memory), then through the runtime
@@ -155,7 +155,7 @@ func (l *Loop) cutGraceOf(f *inFlight, why string) {
 	f.graceCut = true
 	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
-	if n, err := l.ev.KillPod(f.e.Pod); err != nil {
+	if n, err := l.killPod(f.e.Pod); err != nil {
 		l.log.WithFields(fields).WithError(err).Info("cannot kill the evicted pod's processes directly: the runtime kills them")
 	} else {
 		l.log.WithFields(fields).WithField("processes", n).Info("killed the evicted pod's processes (SIGKILL to its cgroup)")
@@ -207,8 +207,39 @@ func (l *Loop) released(f *inFlight) bool {
 	if f.wsAtStart < 0 {
 		return false
 	}
-	ws, ok := l.ev.PodWorkingSet(f.e.Pod)
+	ws, ok := l.podWorkingSet(f.e.Pod)
 	return !ok || ws <= f.wsAtStart/8
+}
+
+// podWorkingSet reads p's working set now (its pod cgroup, one file): an
+// eviction's victim releasing its memory. ok is false when it cannot be
+// read (no killer, no stats, or the cgroup is gone).
+func (l *Loop) podWorkingSet(p *pod.Pod) (ws int64, ok bool) {
+	if l.kill == nil {
+		return 0, false
+	}
+	st, err := l.kill.Pod(p.CgroupParent)
+	if err != nil || !st.HasMemory {
+		return 0, false
+	}
+	return st.WorkingSetBytes, true
+}
+
+// killPod kills p's processes at once, past the runtime (a grace cut: the
+// node is a moment from OOM); it returns how many processes were
+// signalled (-1: the kernel's cgroup.kill, which does not say). Only the
+// pod's own cgroup is signalled (pod.IsOwnCgroup: named after its UID, as
+// the kubelet names it), never a QoS tier or another pod's group, whatever
+// the sandbox's config said; the killer then refuses anything outside the
+// pods cgroup.
+func (l *Loop) killPod(p *pod.Pod) (int, error) {
+	if l.kill == nil {
+		return 0, errors.New("kill pod: no killer past the runtime")
+	}
+	if !pod.IsOwnCgroup(p.CgroupParent, p.UID) {
+		return 0, fmt.Errorf("kill pod %s: its cgroup parent %q is not the kubelet's cgroup of this pod (pod<uid>): only the runtime stops it", p, p.CgroupParent)
+	}
+	return l.kill.KillPod(p.CgroupParent)
 }
 
 // settleEviction records an eviction's outcome (loop goroutine). Only a

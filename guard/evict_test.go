@@ -105,7 +105,7 @@ func newRealHarnessOn(tb testing.TB, store Store, rt *fakeRuntime, cfg Config, a
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Log: log}
+	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Killer: h.sampler, Log: log}
 	if api != nil {
 		o.API, o.Reporter = api, api
 	}

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -381,14 +380,6 @@ func (e *ruleEvictor) Admit(a *evictor.Attributes) evictor.Result {
 }
 
 func (e *ruleEvictor) Observe() {}
-
-// PodWorkingSet knows no pod's stats.
-func (e *ruleEvictor) PodWorkingSet(*pod.Pod) (int64, bool) { return 0, false }
-
-// KillPod cannot signal anything: the runtime's stop does it all.
-func (e *ruleEvictor) KillPod(*pod.Pod) (int, error) {
-	return 0, errors.New("the fake evictor kills nothing")
-}
 
 // Evaluation is never near a threshold: the fast paths stay off.
 func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{Sample: e.sample} }

@@ -60,16 +60,28 @@ type Evictor interface {
 	// EvictRestored is the eviction of a restored pod Admit refused at
 	// start-up (nil in dry run).
 	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
-	// PodWorkingSet reads a pod's working set now (an eviction's victim
-	// releasing its memory); ok false when it cannot be read.
-	PodWorkingSet(p *pod.Pod) (ws int64, ok bool)
-	// KillPod kills a pod's processes at once past the runtime (the grace
-	// cut); it returns how many were signalled, -1 when the kernel killed
-	// the cgroup without saying.
-	KillPod(p *pod.Pod) (int, error)
 }
 
 var _ Evictor = (*evictor.Manager)(nil)
+
+// Killer reaches an eviction's victim past the runtime, in its pod cgroup
+// (pressure.Bounded in production, the cgroup reads bounded in time): the
+// loop reads the victim's working set to see it release its memory, and
+// kills its processes at once when its grace period is cut. Neither is a
+// decision, so neither goes through the evictor.
+type Killer interface {
+	// Pod reads a pod cgroup's stats now (one file for the working set).
+	Pod(cgroupParent string) (pressure.PodStats, error)
+	// KillPod kills a pod cgroup's processes with SIGKILL; it returns how
+	// many were signalled, -1 when the kernel killed the cgroup without
+	// saying. It refuses a group outside the pods cgroup.
+	KillPod(cgroupParent string) (int, error)
+}
+
+var (
+	_ Killer = (*pressure.Bounded)(nil)
+	_ Killer = (*pressure.Sampler)(nil)
+)
 
 // APIPods is what the API server says of pods (kube.Client.Pod): read from
 // a cache, never blocking.
@@ -117,8 +129,12 @@ type Options struct {
 	Runtime Runtime
 	Store   Store
 	Evictor Evictor
-	Log     *logrus.Entry
-	Now     func() time.Time
+	// Killer reads and kills evictions' victims past the runtime; nil:
+	// only the runtime stops them (no working set is known, no grace cut
+	// kills directly).
+	Killer Killer
+	Log    *logrus.Entry
+	Now    func() time.Time
 	// Watchdog is called after every housekeeping pass and every
 	// Config.WatchdogInterval, from the loop goroutine (sd_notify WATCHDOG).
 	Watchdog func()
@@ -134,6 +150,7 @@ type Loop struct {
 	rt      Runtime
 	store   Store
 	ev      Evictor
+	kill    Killer
 	log     *logrus.Entry
 	now     func() time.Time
 	wdog    func()
@@ -204,7 +221,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		o.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	return &Loop{
-		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, log: o.Log, now: o.Now, wdog: o.Watchdog,
+		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, kill: o.Killer, log: o.Log, now: o.Now, wdog: o.Watchdog,
 		api: o.API, report: o.Reporter,
 		bound:     newRateBound(),
 		updates:   make(chan func()),

@@ -210,7 +210,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	if m != nil {
 		st = m.InstrumentStore(store)
 	}
-	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
+	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, Killer: bounded, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
 	if kc != nil {
 		opts.API, opts.Reporter = kc, kc
 	}
