@@ -12,9 +12,10 @@ import (
 // Eviction: the decision to stop one pod and the outcomes the sync loop
 // records of it.
 
-// Eviction is Synchronize's decision to stop one pod. The caller stops it
-// (containers with Grace, then the sandbox) and reports the outcome with
-// Evicted or EvictionFailed: only a stop that happened counts.
+// Eviction is Synchronize's decision to stop one pod (Action.Evict). The
+// caller stops it (containers with Grace, then the sandbox) and reports
+// the outcome with Evicted or EvictionFailed: only a stop that happened
+// counts.
 type Eviction struct {
 	Pod *pod.Pod
 	// Grace is the eviction manager's grace period override:
@@ -112,9 +113,10 @@ func (m *Manager) EvictionFailed(e *Eviction, err error) {
 	m.decide(Decision{Time: m.now(), Kind: KindEvictFailed, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: err.Error()})
 }
 
-// GraceCut records that e's grace period is cut short (the sync loop
-// kills its pod at once) because of what Evaluation.MemoryCritical observed.
-func (m *Manager) GraceCut(e *Eviction, observed string) {
+// graceCut records that Synchronize cut e's grace period short (the sync
+// loop kills its pod at once) because of what Evaluation.MemoryCritical
+// observed.
+func (m *Manager) graceCut(e *Eviction, observed string) {
 	m.log.WithFields(evictionFields(e)).WithField("observed", observed).Warn("memory critical during the eviction's grace period: killing the pod now")
 	m.decide(Decision{Time: m.now(), Kind: KindGraceCut, Pod: podRef(e.Pod), Signal: string(e.Signal), Message: "grace period cut short: " + observed})
 }

@@ -32,7 +32,7 @@ func TestHugePagesEvictionMessage(t *testing.T) {
 			s, r, c := &fakeSampler{node: sample}, &recorder{}, newClock()
 			cfg := Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": tt.hard}}), HardGracePeriod: time.Second}
 			m := newManager(t, cfg, s, r, c)
-			e, err := m.Synchronize([]*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)}, Wakeup{})
+			e, err := synchronize(m, []*pod.Pod{mkPod("a", pod.BestEffort, 0, false, false, true)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -145,10 +145,10 @@ func (m *Manager) SetThresholds(ts []pressure.Threshold, transition time.Duratio
 	return added, removed
 }
 
-// Observe samples the node and evaluates the thresholds, the first half of
-// Synchronize without choosing a pod: the sync loop calls it before
-// restored pods are admitted, and while an eviction's stop is under way,
-// so that Admit reads a current evaluation.
+// Observe samples the node and evaluates the thresholds, the first step of
+// Synchronize without deciding anything: the sync loop calls it before
+// restored pods are admitted, and for the fast poll's watch samples far
+// from every threshold, so that Admit reads a current evaluation.
 func (m *Manager) Observe() {
 	m.observe()
 	m.publish(nil)
@@ -268,51 +268,4 @@ func (m *Manager) Admit(a *Attributes) Result {
 	}
 	m.decide(d)
 	return r
-}
-
-// Synchronize is one pass of the eviction loop: sample, evaluate, rank the
-// active pods and, when a threshold acts, choose the best-ranked evictable
-// pod. It returns that choice (nil when nothing is to be stopped, and in
-// dry run, where the choice is only logged and recorded); it stops nothing
-// itself. w, what woke the pass, is logged and recorded with the choice.
-func (m *Manager) Synchronize(active []*pod.Pod, w Wakeup) (*Eviction, error) {
-	m.observe()
-	if m.statsErr != nil {
-		m.publish(nil)
-		return nil, fmt.Errorf("synchronize: %w", m.statsErr)
-	}
-	ranked := m.rank(active)
-	m.publish(ranked)
-	if len(m.result.Met) == 0 {
-		m.unable = false
-		return nil, nil
-	}
-	met := m.result.Met[0]
-	now := m.now()
-	if len(ranked) == 0 {
-		// said once per episode: a pass every interval would flood the
-		// log and push every other decision out of status
-		if !m.unable {
-			m.unable = true
-			m.log.WithField("threshold", met.String()).Warn("unable to evict any pods from the node: no evictable pod")
-			m.decide(Decision{Time: now, Kind: KindUnable, Signal: string(met.Threshold.Signal),
-				Message: "unable to evict any pods from the node: every active pod is critical or none runs"})
-		}
-		return nil, nil
-	}
-	m.unable = false
-	m.logCandidates(ranked, met)
-	e := &Eviction{Pod: ranked[0].Pod, Grace: m.cfg.MaxPodGracePeriod, Hard: met.Threshold.Hard, Signal: met.Threshold.Signal, Message: evictionMessage(met), Wakeup: w}
-	if e.Hard {
-		e.Grace = m.cfg.HardGracePeriod
-	}
-	fields := evictionFields(e)
-	fields["threshold"], fields["observed"] = met.Threshold.String(), met.Observed.String()
-	if m.cfg.DryRun {
-		m.log.WithFields(fields).Warn("dry run: would evict pod")
-		m.decide(Decision{Time: now, Kind: KindDryRun, Pod: podRef(e.Pod), Signal: string(e.Signal), Reason: ReasonEvicted, Message: e.Message, Wakeup: w.String()})
-		return nil, nil
-	}
-	m.log.WithFields(fields).Warn("evicting pod")
-	return e, nil
 }

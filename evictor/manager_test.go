@@ -60,7 +60,7 @@ func (r *recorder) kill(p *pod.Pod, grace time.Duration) error {
 // pass is one housekeeping pass as the sync loop runs it: Synchronize,
 // then the stop of its choice and the outcome reported back.
 func (r *recorder) pass(m *Manager, active []*pod.Pod) (*Eviction, error) {
-	e, err := m.Synchronize(active, Wakeup{})
+	e, err := synchronize(m, active)
 	if err != nil || e == nil {
 		return e, err
 	}
@@ -133,7 +133,7 @@ func TestAdmitRules(t *testing.T) {
 			s, r, c := &fakeSampler{}, &recorder{}, newClock()
 			s.available(tt.available)
 			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
-			if _, err := m.Synchronize(nil, Wakeup{}); err != nil {
+			if _, err := synchronize(m, nil); err != nil {
 				t.Fatal(err)
 			}
 			res := m.Admit(&Attributes{Pod: tt.pod})
@@ -157,7 +157,7 @@ func TestOnStatsError(t *testing.T) {
 		t.Run(string(pol), func(t *testing.T) {
 			s, r, c := &fakeSampler{nodeErr: errors.New("no meminfo")}, &recorder{}, newClock()
 			m := newManager(t, Config{OnStatsError: pol}, s, r, c)
-			if _, err := m.Synchronize(nil, Wakeup{}); err == nil {
+			if _, err := synchronize(m, nil); err == nil {
 				t.Fatal("Synchronize without stats: no error")
 			}
 			be := m.Admit(&Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)})
@@ -402,7 +402,9 @@ func TestStopFailure(t *testing.T) {
 		}
 		return out
 	}
-	if got := kinds(); !slices.Equal(got, []Kind{KindEvictFailed}) {
+	// 10Mi is under half of the 100Mi hard threshold: the pass that
+	// chose a also cut its grace period, and said so
+	if got := kinds(); !slices.Equal(got, []Kind{KindGraceCut, KindEvictFailed}) {
 		t.Fatalf("decisions after the failed stop = %v", got)
 	}
 	if snap := m.Snapshot(); len(snap.Ranked) != 1 || snap.Ranked[0].Name != "a" {
@@ -413,7 +415,7 @@ func TestStopFailure(t *testing.T) {
 	if e, err := r.pass(m, []*pod.Pod{a}); err != nil || e == nil || e.Pod.Name != "a" {
 		t.Fatalf("second pass: eviction %v, err %v", e, err)
 	}
-	if !m.isEvicted("uid-a") || !slices.Equal(kinds(), []Kind{KindEvictFailed, KindEvict}) {
+	if !m.isEvicted("uid-a") || !slices.Equal(kinds(), []Kind{KindGraceCut, KindEvictFailed, KindGraceCut, KindEvict}) {
 		t.Fatalf("after the stop: guarded %v, decisions %v", m.isEvicted("uid-a"), kinds())
 	}
 }
@@ -449,7 +451,7 @@ func BenchmarkAdmit(b *testing.B) {
 		b.Fatal(err)
 	}
 	a := &Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)}
-	if _, err := m.Synchronize(nil, Wakeup{}); err != nil {
+	if _, err := synchronize(m, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
@@ -602,7 +604,7 @@ func TestEvictionDecisionAsKubelet(t *testing.T) {
 			var e *Eviction
 			for range 3 { // past a soft grace period
 				var err error
-				if e, err = m.Synchronize([]*pod.Pod{p}, Wakeup{}); err != nil {
+				if e, err = synchronize(m, []*pod.Pod{p}); err != nil {
 					t.Fatal(err)
 				}
 				if e != nil {
@@ -642,7 +644,7 @@ func TestAPIInputs(t *testing.T) {
 		be.CgroupParent: {HasMemory: true, WorkingSetBytes: 10 * mi},
 		bu.CgroupParent: {HasMemory: true, WorkingSetBytes: 400 * mi}, // no request visible in the cgroup
 	}
-	e, err := m.Synchronize([]*pod.Pod{bu, be}, Wakeup{})
+	e, err := synchronize(m, []*pod.Pod{bu, be})
 	if err != nil || e == nil || e.Pod.Name != "be" {
 		t.Fatalf("victim %v, %v; want be (bu is below its request)", e, err)
 	}
@@ -663,13 +665,13 @@ func TestStatsErrorIsStale(t *testing.T) {
 	s, r, c := &fakeSampler{}, &recorder{}, newClock()
 	s.available(50 * mi)
 	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "100Mi"}})}, s, r, c)
-	if _, err := m.Synchronize(nil, Wakeup{}); err != nil {
+	if _, err := synchronize(m, nil); err != nil {
 		t.Fatal(err)
 	}
 	good := m.Snapshot().SampledAt
 	c.step(10 * time.Second)
 	s.nodeErr = errors.New("read meminfo: stats read timed out")
-	if _, err := m.Synchronize(nil, Wakeup{}); err == nil {
+	if _, err := synchronize(m, nil); err == nil {
 		t.Fatal("no error")
 	}
 	snap := m.Snapshot()
@@ -691,7 +693,7 @@ func TestMissingSignalShown(t *testing.T) {
 	s.available(500 * mi) // no PSI in the sample
 	m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{
 		Hard: map[string]string{"memory.available": "100Mi", "memory.pressure.some.avg10": "20%"}})}, s, r, c)
-	if _, err := m.Synchronize(nil, Wakeup{}); err != nil {
+	if _, err := synchronize(m, nil); err != nil {
 		t.Fatal(err)
 	}
 	errs := m.Snapshot().SignalErrors
@@ -700,7 +702,7 @@ func TestMissingSignalShown(t *testing.T) {
 	}
 	s.node.HasPSI = true
 	c.step(10 * time.Second)
-	if _, err := m.Synchronize(nil, Wakeup{}); err != nil {
+	if _, err := synchronize(m, nil); err != nil {
 		t.Fatal(err)
 	}
 	if errs := m.Snapshot().SignalErrors; len(errs) != 0 {
@@ -764,4 +766,11 @@ func TestOnPressure(t *testing.T) {
 			t.Errorf("told[%d] = %+v, want %+v", i, told[i], want[i])
 		}
 	}
+}
+
+// synchronize is a pass with nothing under way and nothing held back:
+// only the choice among active.
+func synchronize(m *Manager, active []*pod.Pod) (*Eviction, error) {
+	a := m.Synchronize(Pass{Active: active})
+	return a.Evict, a.Err
 }

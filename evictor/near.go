@@ -10,9 +10,10 @@ import (
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
-// Evaluation is what the last sample said, as the sync loop needs it to
-// time its passes: how near a threshold the node is, whether a memory
-// signal acts, whether the node is a moment from OOM. A plain value: the
+// Evaluation is what the last sample said, as a pass needs it to time the
+// next eviction and the sync loop its passes: how near a threshold the
+// node is, whether a memory signal acts, whether the node is a moment from
+// OOM. A plain value: the
 // zero Evaluation (no sample yet, or stats unreadable) says no to all.
 type Evaluation struct {
 	// Observations are the last sample's signals.
@@ -95,7 +96,7 @@ func (e Evaluation) Headroom(margin int64, covered func(pressure.Signal) bool) (
 // MemoryThresholdMet reports whether a threshold on a memory signal
 // (memory.available, allocatableMemory.available) acts: an observation of
 // now, unlike a PSI average, which still holds a stall for seconds after
-// its cause is gone. The sync loop lets a quick pass start the next
+// its cause is gone. Synchronize lets a quick pass start the next
 // eviction 100 ms after the last one settled, not 1 s, when this is true.
 func (e Evaluation) MemoryThresholdMet() bool {
 	for _, met := range e.Met {
@@ -117,10 +118,10 @@ const runtimeStopLatency = 250 * time.Millisecond
 // kernel's OOM killer, and says why: below half of a hard threshold on it,
 // or under a hard threshold and falling so fast that it runs out before a
 // stop through the runtime would land (runtimeStopLatency; several
-// runaways at once reach gigabytes a second). The sync loop then cuts
-// short the grace period of the eviction under way: its victim is killed
-// at once, past the runtime, rather than a process the OOM killer would
-// pick.
+// runaways at once reach gigabytes a second). Synchronize then cuts
+// short the grace period of the evictions under way: their victims are
+// killed at once, past the runtime, rather than a process the OOM killer
+// would pick.
 func (e Evaluation) MemoryCritical() (string, bool) {
 	for _, t := range e.Thresholds {
 		if !t.Hard || t.Signal.IsPSI() {

@@ -35,7 +35,7 @@ type inFlight struct {
 // other pod is chosen, as the kubelet waits for its victim's cleanup; but
 // once the victim's containers are gone (their memory is free) a fresh
 // sample that still meets a memory threshold chooses the next at once
-// (mayOverlap): several runaways at a time must not wait on each other's
+// (the evictor's overlap rule, fed by released): several runaways at a time must not wait on each other's
 // sandbox teardown.
 func (l *Loop) evict(e *evictor.Eviction) {
 	cur, ok := l.pods[e.Pod.Key()]
@@ -122,38 +122,46 @@ func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container
 	return e.PodGrace(tgps, known)
 }
 
-// cutGrace kills the victim at once, without waiting for the grace period
-// its containers were given, when a memory signal is below half of a hard
-// threshold during an eviction (loop goroutine; once per eviction; soft
-// evictions included: the node is a moment from OOM either way). The
-// kubelet gives a hard eviction 1 s (2 s per container at least): a
-// runaway that ignores SIGTERM grows all that time, and at a few hundred
-// MB/s the kernel's OOM killer ends the race first, killing whatever
-// scores highest, a bystander as likely as the victim. Killing the victim
-// already chosen is never worse. The eviction's own stop returns once the
-// containers are gone and stops the sandbox as usual.
-func (l *Loop) cutGrace() {
-	why, critical := l.ev.Evaluation().MemoryCritical()
-	if !critical {
-		return
+// inFlightNow is the evictions under way as the evictor decides on them
+// (loop goroutine): whether each victim released its memory is read now,
+// one file each at most.
+func (l *Loop) inFlightNow() []evictor.InFlight {
+	if len(l.inflight) == 0 {
+		return nil
 	}
-	for _, f := range l.inflight {
-		if !f.graceCut {
-			l.cutGraceOf(f, why)
-		}
+	out := make([]evictor.InFlight, len(l.inflight))
+	for i, f := range l.inflight {
+		out[i] = evictor.InFlight{Eviction: f.e, SandboxID: f.sandboxID, GraceCut: f.graceCut, Released: l.released(f)}
 	}
+	return out
 }
 
-// cutGraceOf kills f's victim at once (cutGrace): its pod cgroup's
-// processes with SIGKILL from here, past the runtime (killPod: the
-// kernel kills in microseconds, where containerd took 167 ms from
-// StopContainer to a dead process on the race's host, time in which
-// several runaways use the last of the memory), then through the runtime
-// with no grace period, which also covers a host where the direct kill
-// cannot act.
+// inFlightOf is e's eviction under way, nil when it is not (loop
+// goroutine).
+func (l *Loop) inFlightOf(e *evictor.Eviction) *inFlight {
+	for _, f := range l.inflight {
+		if f.e == e {
+			return f
+		}
+	}
+	return nil
+}
+
+// cutGraceOf kills f's victim at once, its grace period cut short (the
+// evictor decided it, the node being a moment from OOM, and recorded it;
+// why is what it observed): its pod cgroup's processes with SIGKILL from
+// here, past the runtime (killPod: the kernel kills in microseconds, where
+// containerd took 167 ms from StopContainer to a dead process on the
+// race's host, time in which several runaways use the last of the
+// memory), then through the runtime with no grace period, which also
+// covers a host where the direct kill cannot act. The eviction's own stop
+// returns once the containers are gone and stops the sandbox as usual. f
+// nil (the eviction is not under way: not expected) cuts nothing.
 func (l *Loop) cutGraceOf(f *inFlight, why string) {
+	if f == nil {
+		return
+	}
 	f.graceCut = true
-	l.ev.GraceCut(f.e, why)
 	id, fields := f.sandboxID, podFields(f.e.Pod)
 	if n, err := l.killPod(f.e.Pod); err != nil {
 		l.log.WithFields(fields).WithError(err).Info("cannot kill the evicted pod's processes directly: the runtime kills them")
@@ -171,28 +179,6 @@ func (l *Loop) cutGraceOf(f *inFlight, why string) {
 			l.log.WithFields(fields).WithError(err).Warn("kill of the evicted pod's containers failed; its stop goes on")
 		}
 	}()
-}
-
-// maxInFlight bounds the evictions under way at once (mayOverlap).
-const maxInFlight = 8
-
-// mayOverlap reports whether the next eviction may start while others are
-// under way (loop goroutine): every victim under way has released its
-// memory (released), and a sample taken since still meets a threshold on
-// a memory signal. The kubelet waits for its victim's cleanup; here the
-// teardown (hundreds of ms: containerd reports a container stopped after
-// its own cleanup) would let a second and third runaway reach the OOM
-// killer meanwhile, and the memory it waits for is already free.
-func (l *Loop) mayOverlap() bool {
-	if len(l.inflight) >= maxInFlight {
-		return false
-	}
-	for _, f := range l.inflight {
-		if !l.released(f) {
-			return false
-		}
-	}
-	return l.ev.Evaluation().MemoryThresholdMet()
 }
 
 // released reports whether f's victim has released its memory: its
@@ -292,13 +278,13 @@ func (l *Loop) nextRefused() *evictor.Eviction {
 }
 
 // armRefused sets t for the pass that evicts the next restored pod
-// refused at start-up: evictionSpacing after the last eviction settled;
+// refused at start-up: evictor.EvictionSpacing after the last eviction settled;
 // stopped while an eviction is under way or none is queued (loop
 // goroutine).
 func (l *Loop) armRefused(t *time.Timer) {
 	t.Stop()
 	if len(l.inflight) == 0 && l.nextRefused() != nil {
-		t.Reset(max(0, evictionSpacing-l.now().Sub(l.lastEvicted)))
+		t.Reset(max(0, evictor.EvictionSpacing-l.now().Sub(l.lastEvicted)))
 	}
 }
 

@@ -30,6 +30,7 @@ type nodeSampler struct {
 	available int64
 	podWS     int64
 	killed    []string // the cgroup parents KillPod was asked to kill
+	nodes     int      // the node samples taken
 }
 
 // KillPod records the kill (pressure.Sampler.KillPod signals the cgroup).
@@ -46,6 +47,9 @@ func (s *nodeSampler) kills() []string {
 	return slices.Clone(s.killed)
 }
 
+// samples is how many node samples were taken.
+func (s *nodeSampler) samples() int { s.mu.Lock(); defer s.mu.Unlock(); return s.nodes }
+
 func (s *nodeSampler) set(b int64) { s.mu.Lock(); s.available = b; s.mu.Unlock() }
 
 func (s *nodeSampler) setPods(ws int64) { s.mu.Lock(); s.podWS = ws; s.mu.Unlock() }
@@ -53,6 +57,7 @@ func (s *nodeSampler) setPods(ws int64) { s.mu.Lock(); s.podWS = ws; s.mu.Unlock
 func (s *nodeSampler) Node() (pressure.NodeSample, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.nodes++
 	return pressure.NodeSample{CapacityBytes: 4 << 30, WorkingSetBytes: 4<<30 - s.available, AvailableBytes: s.available}, nil
 }
 

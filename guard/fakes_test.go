@@ -384,8 +384,6 @@ func (e *ruleEvictor) Observe() {}
 // Evaluation is never near a threshold: the fast paths stay off.
 func (e *ruleEvictor) Evaluation() evictor.Evaluation { return evictor.Evaluation{Sample: e.sample} }
 
-func (e *ruleEvictor) GraceCut(*evictor.Eviction, string) {}
-
 func (e *ruleEvictor) EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction {
 	return &evictor.Eviction{Pod: p, Grace: evictor.DefaultTerminationGracePeriod, Message: r.Message, Restored: true}
 }
@@ -400,17 +398,37 @@ func (e *ruleEvictor) SetThresholds(ts []pressure.Threshold, _ time.Duration) (a
 
 func (e *ruleEvictor) MarkEvicted(p *pod.Pod, _ time.Time) { e.marked = append(e.marked, p.UID) }
 
-func (e *ruleEvictor) Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error) {
+// Synchronize decides as the real evictor on a node whose evaluation never
+// meets a memory threshold: the next eviction waits for the one under way
+// (no overlap), for the rate bound, for the restored pods refused at
+// start-up (evictor.EvictionSpacing apart) and, on a quick pass, for
+// evictor.EvictionSpacing after the last; then, while pressure is set, it
+// chooses the first evictable active pod (syncs counts these choices).
+func (e *ruleEvictor) Synchronize(p evictor.Pass) evictor.Action {
+	switch {
+	case len(p.InFlight) > 0:
+		return evictor.Action{Hold: evictor.HoldInFlight}
+	case p.RateHeld:
+		return evictor.Action{Hold: evictor.HoldRate}
+	case p.Refused != nil:
+		a := evictor.Action{Hold: evictor.HoldRefused}
+		if p.SinceSettled >= evictor.EvictionSpacing {
+			a.Evict = p.Refused
+		}
+		return a
+	case p.Spaced && p.SinceSettled < evictor.EvictionSpacing:
+		return evictor.Action{Hold: evictor.HoldSpacing}
+	}
 	e.syncs++
 	if !e.pressure.Load() {
-		return nil, nil
+		return evictor.Action{}
 	}
-	for _, p := range active {
-		if p.Evictable {
-			return &evictor.Eviction{Pod: p, Grace: time.Second, Signal: "memory.available", Wakeup: w}, nil
+	for _, pd := range p.Active {
+		if pd.Evictable {
+			return evictor.Action{Evict: &evictor.Eviction{Pod: pd, Grace: time.Second, Signal: "memory.available", Wakeup: p.Wakeup}}
 		}
 	}
-	return nil, nil
+	return evictor.Action{}
 }
 
 func (e *ruleEvictor) Evicted(ev *evictor.Eviction) { e.evicted = append(e.evicted, ev.Pod.UID) }

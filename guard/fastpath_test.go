@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
@@ -30,9 +29,9 @@ func (e *nearEvictor) Evaluation() evictor.Evaluation {
 	return evictor.Evaluation{Met: []pressure.Met{{}}}
 }
 
-func (e *nearEvictor) Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error) {
+func (e *nearEvictor) Synchronize(p evictor.Pass) evictor.Action {
 	e.passes.Add(1)
-	return e.ruleEvictor.Synchronize(active, w)
+	return e.ruleEvictor.Synchronize(p)
 }
 
 func TestFastPoll(t *testing.T) {

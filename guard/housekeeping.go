@@ -2,10 +2,9 @@ package guard
 
 import (
 	"context"
-	"slices"
 	"time"
 
-	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/evictor"
 )
 
 // psiFollowUps passes, psiFollowUpInterval apart, follow a PSI trigger: 5 s,
@@ -16,19 +15,6 @@ const (
 	psiFollowUps        = 50
 	psiFollowUpInterval = 100 * time.Millisecond
 	followUpResync      = time.Second
-	// evictionSpacing: the least time between an eviction and the next one
-	// started by a quick pass on a PSI threshold alone (housekeeping ticks
-	// keep their own cadence, as the kubelet's one eviction per monitoring
-	// interval; a memory signal waits memoryEvictionSpacing)
-	evictionSpacing = time.Second
-	// memoryEvictionSpacing: the same on a memory signal. Short, as the
-	// race measured a second runaway lost to the OOM killer waiting out
-	// the second; not zero, so that pressure that evictions do not relieve
-	// (memory held outside the pods, a dead victim's page cache not yet
-	// reclaimed) evicts at most ten pods a second, each after a fresh
-	// sample, not one per stop; none a moment from OOM (four runaways at
-	// 2.5 GB/s together lost one to the OOM killer in the 100 ms).
-	memoryEvictionSpacing = 100 * time.Millisecond
 )
 
 // syncOnce runs one housekeeping pass synchronously on the loop goroutine:
@@ -62,14 +48,18 @@ func (p pass) String() string {
 // the runtime's sandboxes at most once per followUpResync.
 func (p pass) quick() bool { return p == passFollowUp || p == passFastPoll }
 
-// spaced passes start the next eviction no sooner than evictionSpacing
-// (memoryEvictionSpacing on a memory signal) after the last settled; the
-// housekeeping tick keeps its own cadence, as the kubelet's one eviction
-// per monitoring interval.
+// spaced passes start the next eviction no sooner than
+// evictor.EvictionSpacing (MemoryEvictionSpacing on a memory signal) after
+// the last settled (evictor.Pass.Spaced); the housekeeping tick keeps its
+// own cadence, as the kubelet's one eviction per monitoring interval.
 func (p pass) spaced() bool { return p != passTick && p != passManual }
 
-// housekeeping starts a listing of the runtime's sandboxes (off the loop;
-// applied when it comes back), then lets the evictor act.
+// housekeeping is one pass, as the kubelet's synchronize: it starts a
+// listing of the runtime's sandboxes (off the loop; applied when it comes
+// back), hands the evictor what the loop knows (the pods, the evictions
+// under way, the last one's outcome, what woke the pass), and carries out
+// the one Action the evictor decides on its one sample: the grace cuts,
+// then the eviction.
 func (l *Loop) housekeeping(ctx context.Context, why pass) {
 	l.wakeCounts[why].Add(1)
 	if l.wdog != nil {
@@ -85,73 +75,55 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		l.resync(ctx)
 		l.retryUnsaved()
 	}
-	overlap := false
-	if len(l.inflight) > 0 {
-		// one eviction at a time: the next waits until this one is done;
-		// meanwhile admission gets current conditions, and the grace
-		// period is cut short if the node is a moment from OOM; once the
-		// victim's containers are gone a memory threshold still met chooses
-		// the next (mayOverlap)
-		l.ev.Observe()
-		l.cutGrace()
-		if !l.mayOverlap() {
-			return
-		}
-		overlap = true
+	l.applyAPI()
+	rateHeld := !l.bound.allow(l.now())
+	a := l.ev.Synchronize(evictor.Pass{
+		Active:       l.active(),
+		InFlight:     l.inFlightNow(),
+		Refused:      l.nextRefused(),
+		SinceSettled: l.now().Sub(l.lastEvicted),
+		LastFailed:   l.lastFailed,
+		RateHeld:     rateHeld,
+		Spaced:       why.spaced(),
+		Wakeup:       l.wakeupOf(why),
+	})
+	for _, e := range a.Cut {
+		l.cutGraceOf(l.inFlightOf(e), a.CutWhy)
 	}
-	if !l.bound.allow(l.now()) {
-		// the rate bound holds further evictions back: conditions and
-		// admission still follow the pressure
-		l.ev.Observe()
-		if l.bound.limited.IsZero() {
-			l.bound.limited = l.now()
-			l.log.WithField("burst", evictionBurst).WithField("refill", evictionRefill).
-				Warn("eviction rate bound reached: the next eviction waits for it")
-		}
+	if a.Hold != evictor.HoldInFlight {
+		l.noteRateBound(rateHeld)
+	}
+	if a.Hold == evictor.HoldNone && !l.notePassError(a.Err, why) {
 		return
 	}
-	if !l.bound.limited.IsZero() {
+	if a.Evict == nil {
+		return
+	}
+	l.evict(a.Evict)
+	if a.CutEvict {
+		l.cutGraceOf(l.inFlightOf(a.Evict), a.CutWhy)
+	}
+}
+
+// noteRateBound logs when the rate bound starts holding evictions back
+// (held) and when it stops, once each per episode: conditions and
+// admission still follow the pressure meanwhile.
+func (l *Loop) noteRateBound(held bool) {
+	switch {
+	case held && l.bound.limited.IsZero():
+		l.bound.limited = l.now()
+		l.log.WithField("burst", evictionBurst).WithField("refill", evictionRefill).
+			Warn("eviction rate bound reached: the next eviction waits for it")
+	case !held && !l.bound.limited.IsZero():
 		l.log.WithField("held_back_for", l.now().Sub(l.bound.limited).Round(time.Millisecond)).Info("eviction rate bound no longer holds evictions back")
 		l.bound.limited = time.Time{}
 	}
-	if e := l.nextRefused(); e != nil && !overlap {
-		// restored pods that admission refused at start-up come first (the
-		// kubelet rejects them when it starts), evictionSpacing apart
-		l.ev.Observe()
-		if l.now().Sub(l.lastEvicted) >= evictionSpacing {
-			l.applyAPI()
-			l.evict(e)
-		}
-		return
-	}
-	if since := l.now().Sub(l.lastEvicted); why.spaced() && since < evictionSpacing && !overlap {
-		// The quick passes (triggers, follow-ups, fast polls) start the
-		// next eviction no sooner than evictionSpacing after the last
-		// settled, as a PSI average still holds the stall the victim
-		// caused; a memory signal met in a sample taken after the victim's
-		// stop returned (its processes are gone, their memory uncharged)
-		// is now, and waits only memoryEvictionSpacing: a second runaway
-		// must not get a second to reach the OOM killer.
-		// A moment from OOM (MemoryCritical: under half of a hard
-		// threshold, or falling faster than a stop through the runtime
-		// lands) waits no spacing at all: the last victim's stop returned
-		// (its memory is free), and the kernel's OOM killer, which would
-		// otherwise choose next, picks no better than the ranking.
-		l.ev.Observe()
-		e := l.ev.Evaluation()
-		_, critical := e.MemoryCritical()
-		if l.lastFailed || (since < memoryEvictionSpacing && !critical) || !e.MemoryThresholdMet() {
-			return
-		}
-	}
-	l.applyAPI()
-	active := l.active()
-	if overlap {
-		active = slices.DeleteFunc(active, func(p *pod.Pod) bool {
-			return slices.ContainsFunc(l.inflight, func(f *inFlight) bool { return f.sandboxID == p.SandboxID })
-		})
-	}
-	e, err := l.ev.Synchronize(active, l.wakeupOf(why))
+}
+
+// notePassError logs a pass that ranked the pods but could not choose
+// (err), and the first that could after such failures; it reports
+// whether the pass chose.
+func (l *Loop) notePassError(err error, why pass) bool {
 	if err != nil {
 		// said once as a warning (the evictor's stats error is in status
 		// and metrics meanwhile), then at debug while it lasts
@@ -162,14 +134,11 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 			log.Debug("eviction pass failed")
 		}
 		l.passErr = err.Error()
-		return
+		return false
 	}
 	if l.passErr != "" {
 		l.log.WithField("last_error", l.passErr).Info("eviction passes succeed again")
 		l.passErr = ""
 	}
-	if e != nil {
-		l.evict(e)
-		l.cutGrace() // a moment from OOM already: no grace, not even a pass's wait
-	}
+	return true
 }

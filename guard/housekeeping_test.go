@@ -13,8 +13,8 @@ import (
 
 // TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
 // last eviction settled lets the next quick pass (fast poll, memcg
-// notification) evict the next pod memoryEvictionSpacing after it, not
-// evictionSpacing later: a second runaway must not get a second to reach
+// notification) evict the next pod evictor.MemoryEvictionSpacing after it, not
+// evictor.EvictionSpacing later: a second runaway must not get a second to reach
 // the OOM killer.
 func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	rt := newFakeRuntime()
@@ -33,21 +33,21 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	clock := time.Unix(5000, 0)
 	h.loop.now = func() time.Time { return clock }
 	housekeep(passFastPoll)
-	clock = clock.Add(memoryEvictionSpacing / 2)
+	clock = clock.Add(evictor.MemoryEvictionSpacing / 2)
 	housekeep(passFastPoll) // too soon even on a memory signal
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict}) {
-		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", memoryEvictionSpacing/2, got)
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want the first only", evictor.MemoryEvictionSpacing/2, got)
 	}
-	clock = clock.Add(memoryEvictionSpacing)
-	housekeep(passFastPoll) // within evictionSpacing, after memoryEvictionSpacing
+	clock = clock.Add(evictor.MemoryEvictionSpacing)
+	housekeep(passFastPoll) // within evictor.EvictionSpacing, after evictor.MemoryEvictionSpacing
 	if got := h.kinds(); !slices.Equal(got, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}) {
-		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", memoryEvictionSpacing*3/2, got)
+		t.Fatalf("decisions after a quick pass %v after an eviction = %v, want two evictions", evictor.MemoryEvictionSpacing*3/2, got)
 	}
 }
 
 // TestQuickPassEvictsAtOnceWhenCritical: a moment from OOM (under half of
 // the hard threshold) the next quick pass evicts the next pod right after
-// the last eviction settled, with no memoryEvictionSpacing: four runaways
+// the last eviction settled, with no evictor.MemoryEvictionSpacing: four runaways
 // at 2.5 GB/s together lost one to the OOM killer within the 100 ms.
 func TestQuickPassEvictsAtOnceWhenCritical(t *testing.T) {
 	rt := newFakeRuntime()
@@ -165,5 +165,77 @@ func TestEvictionRateBound(t *testing.T) {
 	h.settled(t)
 	if n := evictions(); n != evictionBurst+1 {
 		t.Fatalf("evictions after one refill = %d, want %d", n, evictionBurst+1)
+	}
+}
+
+// TestPassSamplesOnce: every pass decides on one node sample, whatever it
+// finds: a quick pass spaced after the last eviction, one that starts the
+// next eviction while a victim's sandbox still stops, a plain tick. (The
+// spacing and the overlap were decided on a sample of their own, then the
+// choice on a second: a quick pass read the node twice.)
+func TestPassSamplesOnce(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup brings the harness to the pass counted, which it returns
+		setup func(t *testing.T, h *realHarness, clock *time.Time) pass
+		want  []evictor.Kind // the evictions done, the counted pass's included
+	}{
+		{"tick", func(t *testing.T, h *realHarness, _ *time.Time) pass {
+			h.sampler.set(512 << 20)
+			return passTick
+		}, []evictor.Kind{evictor.KindEvict}},
+		{"quick pass after an eviction, a moment from OOM", func(t *testing.T, h *realHarness, clock *time.Time) pass {
+			h.sampler.set(256 << 20) // under half of the 1Gi threshold: no spacing
+			h.pass(t, passFastPoll)
+			h.settled(t)
+			*clock = clock.Add(10 * time.Millisecond)
+			return passFastPoll
+		}, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}},
+		{"quick pass spaced after an eviction", func(t *testing.T, h *realHarness, clock *time.Time) pass {
+			h.sampler.set(512 << 20)
+			h.pass(t, passFastPoll)
+			h.settled(t)
+			*clock = clock.Add(evictor.MemoryEvictionSpacing / 2) // too soon: nothing chosen
+			return passFastPoll
+		}, []evictor.Kind{evictor.KindEvict}},
+		{"next eviction while the victim's sandbox stops", func(t *testing.T, h *realHarness, _ *time.Time) pass {
+			h.rt.mu.Lock()
+			h.rt.stopHang = make(chan struct{})
+			h.rt.mu.Unlock()
+			h.sampler.set(512 << 20)
+			h.pass(t, passManual)
+			waitFor(t, func() bool { ids, killed, _ := h.underWay(); return len(ids) == 1 && killed == 1 })
+			return passManual
+		}, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newRealHarness(t, newMemStore(), twoReadyPods(), time.Second)
+			clock := time.Unix(5000, 0)
+			if err := h.loop.do(context.Background(), func() {
+				h.loop.now = func() time.Time { return clock }
+			}); err != nil {
+				t.Fatal(err)
+			}
+			why := tt.setup(t, h, &clock)
+			before := h.sampler.samples()
+			h.pass(t, why)
+			if n := h.sampler.samples() - before; n != 1 {
+				t.Fatalf("a %s pass took %d node samples, want 1", why, n)
+			}
+			h.releaseAndSettle(t)
+			if got := h.kinds(); !slices.Equal(got, tt.want) {
+				t.Fatalf("decisions = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// pass runs one housekeeping pass woken by why on the running loop.
+func (h *realHarness) pass(t *testing.T, why pass) {
+	t.Helper()
+	ctx := context.Background()
+	if err := h.loop.do(ctx, func() { h.loop.housekeeping(ctx, why) }); err != nil {
+		t.Fatal(err)
 	}
 }

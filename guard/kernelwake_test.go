@@ -13,7 +13,6 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/pod"
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
@@ -39,11 +38,11 @@ func (e *evalEvictor) Evaluation() evictor.Evaluation {
 		s: {Signal: s, Available: e.avail.Load(), Capacity: 1 << 30}}}
 }
 
-func (e *evalEvictor) Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error) {
+func (e *evalEvictor) Synchronize(p evictor.Pass) evictor.Action {
 	e.mu.Lock()
-	e.woken = append(e.woken, w)
+	e.woken = append(e.woken, p.Wakeup)
 	e.mu.Unlock()
-	return e.ruleEvictor.Synchronize(active, w)
+	return e.ruleEvictor.Synchronize(p)
 }
 
 func (e *evalEvictor) wokenBy(w evictor.Wakeup) bool {

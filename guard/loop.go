@@ -40,10 +40,12 @@ type Store interface {
 // reports the outcome of each eviction.
 type Evictor interface {
 	Admit(a *evictor.Attributes) evictor.Result
+	// Observe samples the node and evaluates the thresholds, deciding
+	// nothing (before restored pods are admitted; the fast poll's watch).
 	Observe()
-	// Synchronize is one eviction pass; w (what woke it) goes with the
-	// eviction it chooses.
-	Synchronize(active []*pod.Pod, w evictor.Wakeup) (*evictor.Eviction, error)
+	// Synchronize is one eviction pass: one sample, one Action for the
+	// loop to carry out.
+	Synchronize(p evictor.Pass) evictor.Action
 	Evicted(e *evictor.Eviction)
 	EvictionFailed(e *evictor.Eviction, err error)
 	// MarkEvicted restores the re-admission guard of a pod evicted before
@@ -52,11 +54,9 @@ type Evictor interface {
 	// SetThresholds replaces the thresholds (a reload).
 	SetThresholds(ts []pressure.Threshold, transition time.Duration) (added, removed []string)
 	// Evaluation is what the last sample said: how near a threshold the
-	// node is, whether a memory signal acts, whether it is a moment from
-	// OOM (the fast poll, the eviction spacing, the grace cut).
+	// node is (the fast poll) and the sample itself (the kernel
+	// notifiers' levels).
 	Evaluation() evictor.Evaluation
-	// GraceCut records that e's grace period is cut short.
-	GraceCut(e *evictor.Eviction, observed string)
 	// EvictRestored is the eviction of a restored pod Admit refused at
 	// start-up (nil in dry run).
 	EvictRestored(p *pod.Pod, r evictor.Result) *evictor.Eviction
@@ -181,7 +181,7 @@ type Loop struct {
 	lastEvicted time.Time            // when the last eviction's stop returned
 	bound       rateBound            // evictions started, against evictionBurst and evictionRefill
 	passErr     string               // the error of the last eviction pass, if it failed
-	lastFailed  bool                 // the last eviction's stop failed: the next waits evictionSpacing
+	lastFailed  bool                 // the last eviction's stop failed: the next quick pass waits evictor.EvictionSpacing
 	lastResync  time.Time            // when housekeeping last started a listing of the runtime's sandboxes
 	listing     bool                 // the listing housekeeping started is under way (resync)
 	gen         uint64               // the generation of the last outcome recorded (touch)

@@ -45,7 +45,7 @@ const (
 // kubelet's crossing observed -> pod killed, with cri-guard's notification
 // as the observation). After each stop the memory is back (3Gi), the
 // eviction settles on the loop, and 150 ms later (past
-// memoryEvictionSpacing) the next crossing comes: every eviction's record
+// evictor.MemoryEvictionSpacing) the next crossing comes: every eviction's record
 // write is queued behind the ones before it, as on a node evicting one pod
 // after another. At the 10th crossing a critical (static) pod's
 // RunPodSandbox starts, and the time until it is answered is reported,
@@ -195,7 +195,7 @@ func runSlowBench(b *testing.B, dir string) slowBenchRun {
 		victims[s.id] = true
 		h.sampler.set(3 << 30) // the victim's memory is back
 		h.settled(b)
-		time.Sleep(memoryEvictionSpacing + 50*time.Millisecond)
+		time.Sleep(evictor.MemoryEvictionSpacing + 50*time.Millisecond)
 	}
 	last := time.Now()
 	if err := h.loop.Flush(ctx); err != nil {
