@@ -22,9 +22,10 @@ type fakeSampler struct {
 	node    pressure.NodeSample
 	nodeErr error
 	pods    map[string]pressure.PodStats // by cgroup parent
+	nodes   int                          // the node samples taken
 }
 
-func (f *fakeSampler) Node() (pressure.NodeSample, error) { return f.node, f.nodeErr }
+func (f *fakeSampler) Node() (pressure.NodeSample, error) { f.nodes++; return f.node, f.nodeErr }
 
 func (f *fakeSampler) Pod(parent string) (pressure.PodStats, error) {
 	if st, ok := f.pods[parent]; ok {

@@ -57,6 +57,9 @@ type Pass struct {
 	Spaced bool
 	// Wakeup is what woke the pass: it goes with the eviction it chooses.
 	Wakeup Wakeup
+	// NearMargin is how close (bytes of a memory signal) to a threshold
+	// counts as near (Action.Near).
+	NearMargin int64
 }
 
 // InFlight is an eviction whose stop is under way.
@@ -113,6 +116,11 @@ type Action struct {
 	Hold Hold
 	// Err is why the pass could not choose (stats unreadable).
 	Err error
+	// Near says when to look again: soon (the loop's fast poll) when the
+	// pass's sample meets a threshold or has a memory signal within
+	// Pass.NearMargin of one (a moment from OOM always is); false: at the
+	// loop's own pace.
+	Near bool
 }
 
 // Synchronize is one pass of the eviction loop, as the kubelet's
@@ -122,13 +130,14 @@ type Action struct {
 // overlap), while the loop's rate bound holds, while restored pods refused
 // at start-up are still to go, or when a quick pass comes too soon after
 // the last; otherwise rank the active pods and, when a threshold acts,
-// choose the best-ranked evictable one. It stops nothing: the caller
+// choose the best-ranked evictable one; and say whether to look again
+// soon. It stops nothing: the caller
 // carries the Action out and reports each eviction's outcome with Evicted
 // or EvictionFailed. In dry run the choice is only logged and recorded.
 func (m *Manager) Synchronize(p Pass) Action {
 	m.observe()
 	ev := m.Evaluation()
-	var a Action
+	a := Action{Near: ev.NearThreshold(p.NearMargin)}
 	overlap := false
 	if len(p.InFlight) > 0 {
 		// one eviction at a time: the next waits until this one is done;

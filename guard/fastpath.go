@@ -69,7 +69,8 @@ func (f *fastPoller) stop() {
 	}
 }
 
-// isNear reports whether the last evaluation was near a threshold.
+// isNear reports whether the last evaluation was near a threshold (at
+// start, and after a watch sample, which is no pass).
 func (f *fastPoller) isNear() bool {
 	return f != nil && f.ev.Evaluation().NearThreshold(f.cfg.Margin)
 }
@@ -82,14 +83,14 @@ func (f *fastPoller) armedByNow() string {
 	return f.armedBy
 }
 
-// schedule arms the timer after a pass woken by why: Interval when near,
-// the watch period when far (or not at all).
-func (f *fastPoller) schedule(why pass) {
+// schedule arms the timer after a pass woken by why, whose sample found
+// memory near a threshold or not: Interval when near, the watch period
+// when far (or not at all).
+func (f *fastPoller) schedule(why pass, near bool) {
 	if f == nil {
 		return
 	}
 	f.timer.Stop()
-	near := f.isNear()
 	if near && !f.near {
 		f.armedBy = why.String()
 	}
@@ -128,16 +129,17 @@ func (f *fastPoller) watchPeriod() time.Duration {
 
 // fastPass is one pass of the fast poll: a quick housekeeping pass (no
 // resync more than once a second) when near a threshold, else a watch
-// sample alone, which tells whether the next one must come sooner.
-func (l *Loop) fastPass(ctx context.Context, f *fastPoller) {
+// sample alone, which tells whether the next one must come sooner. near
+// is what the last sample said (schedule).
+func (l *Loop) fastPass(ctx context.Context, f *fastPoller) (near bool) {
 	if f.isNear() {
-		l.housekeeping(ctx, passFastPoll)
-		return
+		return l.housekeeping(ctx, passFastPoll)
 	}
 	l.wakeCounts[passWatch].Add(1)
 	l.ev.Observe()
-	if f.isNear() {
-		f.near, f.armedBy = true, passWatch.String()
-		l.housekeeping(ctx, passFastPoll)
+	if !f.isNear() {
+		return false
 	}
+	f.near, f.armedBy = true, passWatch.String()
+	return l.housekeeping(ctx, passFastPoll)
 }

@@ -31,7 +31,9 @@ func (e *nearEvictor) Evaluation() evictor.Evaluation {
 
 func (e *nearEvictor) Synchronize(p evictor.Pass) evictor.Action {
 	e.passes.Add(1)
-	return e.ruleEvictor.Synchronize(p)
+	a := e.ruleEvictor.Synchronize(p)
+	a.Near = e.Evaluation().NearThreshold(p.NearMargin)
+	return a
 }
 
 func TestFastPoll(t *testing.T) {

@@ -59,8 +59,9 @@ func (p pass) spaced() bool { return p != passTick && p != passManual }
 // back), hands the evictor what the loop knows (the pods, the evictions
 // under way, the last one's outcome, what woke the pass), and carries out
 // the one Action the evictor decides on its one sample: the grace cuts,
-// then the eviction.
-func (l *Loop) housekeeping(ctx context.Context, why pass) {
+// then the eviction. near is the Action's when to look again: the sample
+// found memory near a threshold, the fast poll's interval is next.
+func (l *Loop) housekeeping(ctx context.Context, why pass) (near bool) {
 	l.wakeCounts[why].Add(1)
 	if l.wdog != nil {
 		defer l.wdog()
@@ -86,6 +87,7 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		RateHeld:     rateHeld,
 		Spaced:       why.spaced(),
 		Wakeup:       l.wakeupOf(why),
+		NearMargin:   l.cfg.FastPoll.Margin,
 	})
 	for _, e := range a.Cut {
 		l.cutGraceOf(l.inFlightOf(e), a.CutWhy)
@@ -94,15 +96,16 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) {
 		l.noteRateBound(rateHeld)
 	}
 	if a.Hold == evictor.HoldNone && !l.notePassError(a.Err, why) {
-		return
+		return a.Near
 	}
 	if a.Evict == nil {
-		return
+		return a.Near
 	}
 	l.evict(a.Evict)
 	if a.CutEvict {
 		l.cutGraceOf(l.inFlightOf(a.Evict), a.CutWhy)
 	}
+	return a.Near
 }
 
 // noteRateBound logs when the rate bound starts holding evictions back

@@ -42,7 +42,9 @@ func (e *evalEvictor) Synchronize(p evictor.Pass) evictor.Action {
 	e.mu.Lock()
 	e.woken = append(e.woken, p.Wakeup)
 	e.mu.Unlock()
-	return e.ruleEvictor.Synchronize(p)
+	a := e.ruleEvictor.Synchronize(p)
+	a.Near = e.Evaluation().NearThreshold(p.NearMargin)
+	return a
 }
 
 func (e *evalEvictor) wokenBy(w evictor.Wakeup) bool {

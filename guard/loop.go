@@ -318,7 +318,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	fp := newFastPoller(l.cfg.FastPoll, l.ev, l.nearCovered, l.cfg.HousekeepingInterval)
 	l.fp = fp
 	defer fp.stop()
-	fp.schedule(passManual)
+	fp.schedule(passManual, fp.isNear()) // restore's sample
 	refused := time.NewTimer(time.Hour)
 	defer refused.Stop()
 	var watchdog <-chan time.Time
@@ -337,32 +337,29 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-l.w.ready:
 			l.recordWrites()
 		case <-tick.C:
-			l.housekeeping(ctx, passTick)
+			near := l.housekeeping(ctx, passTick)
 			l.afterTick()
-			fp.schedule(passTick)
+			fp.schedule(passTick, near)
 		case <-l.trigger:
-			l.housekeeping(ctx, passTrigger)
+			near := l.housekeeping(ctx, passTrigger)
 			burstLeft = psiFollowUps
 			burst.Reset(psiFollowUpInterval)
-			fp.schedule(passTrigger)
+			fp.schedule(passTrigger, near)
 		case <-l.notify:
 			// a memory threshold's level was crossed: no PSI follow-ups
 			// (the fast poll takes over near a threshold)
-			l.housekeeping(ctx, passNotify)
-			fp.schedule(passNotify)
+			fp.schedule(passNotify, l.housekeeping(ctx, passNotify))
 		case <-l.events:
 			// the pods cgroup met memory.high or memory.max, or an OOM
-			l.housekeeping(ctx, passMemoryEvents)
-			fp.schedule(passMemoryEvents)
+			fp.schedule(passMemoryEvents, l.housekeeping(ctx, passMemoryEvents))
 		case <-burst.C:
-			l.housekeeping(ctx, passFollowUp)
+			near := l.housekeeping(ctx, passFollowUp)
 			if burstLeft--; burstLeft > 0 {
 				burst.Reset(psiFollowUpInterval)
 			}
-			fp.schedule(passFollowUp)
+			fp.schedule(passFollowUp, near)
 		case <-fp.c():
-			l.fastPass(ctx, fp)
-			fp.schedule(passFastPoll)
+			fp.schedule(passFastPoll, l.fastPass(ctx, fp))
 		case <-refused.C:
 			l.housekeeping(ctx, passRefused)
 		case <-watchdog:
