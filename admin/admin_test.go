@@ -73,8 +73,8 @@ func testSources(t *testing.T) Sources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Synchronize(testPods(), evictor.Wakeup{}); err != nil {
-		t.Fatal(err)
+	if a := m.Synchronize(evictor.Pass{Active: testPods()}); a.Err != nil {
+		t.Fatal(a.Err)
 	}
 	m.Admit(&evictor.Attributes{Pod: &pod.Pod{Name: "refused", QOS: pod.BestEffort}})
 	return Sources{
