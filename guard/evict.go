@@ -18,7 +18,7 @@ import (
 type inFlight struct {
 	e         *evictor.Eviction
 	sandboxID string // the victim's sandbox
-	graceCut  bool   // its grace period was cut short (cutGrace)
+	graceCut  bool   // its grace period was cut short (cutGraceOf)
 	// killedAt is when the victim's containers were all stopped (their
 	// memory is uncharged then; the sandbox's stop goes on); zero before.
 	killedAt time.Time
