@@ -6,18 +6,22 @@
 //     kubelet's Admit reads its cached conditions: it neither samples nor
 //     moves a grace timer.
 //   - Observe samples pressure and evaluates the thresholds.
-//   - Synchronize observes, ranks the active pods and, when a threshold
-//     acts, chooses one non-critical pod to stop. It stops nothing: it
-//     returns an Eviction, the caller stops the pod and reports the outcome
-//     with Evicted (counted, the re-admission guard armed) or
-//     EvictionFailed (counted as a failure; the pod stays a candidate).
+//   - Synchronize is one pass (Pass: the active pods, the evictions under
+//     way, what woke it): one sample, then one decision (Action): the
+//     grace cuts of evictions under way when the node is a moment from
+//     OOM, the pod to stop with its grace, or why none (a hold: an
+//     eviction under way that has not released its memory, the rate
+//     bound, the spacing of quick passes), and whether to look again
+//     soon. It stops nothing: the caller carries the Action out and
+//     reports each outcome with Evicted (counted, the re-admission guard
+//     armed) or EvictionFailed (counted as a failure; the pod stays a
+//     candidate).
 //   - EvictRestored is the eviction of a restored pod Admit refused at
 //     start-up (the kubelet's rejectPod on a restart: the pod's own grace
 //     period); in dry run, as for Synchronize, the choice is only recorded.
 //   - Evaluation is the last evaluation as a plain value: how near a
 //     threshold the node is, whether a memory signal acts, whether it is
-//     a moment from OOM; the sync loop times its passes and cuts a grace
-//     period short by it (GraceCut records the cut).
+//     a moment from OOM (the fast poll's spacing and admission read it).
 //
 // Snapshot is the one view of its state that status and metrics show: the
 // observations, every threshold as the last evaluation saw it and the last
