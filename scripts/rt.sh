@@ -132,11 +132,13 @@ busybox() {
 }
 
 # image_helpers DIR: the images' binaries and tools/mkimages, built into DIR.
+# mkimages is a module of its own (go-containerregistry stays out of the
+# product's go.mod): built from its directory, into DIR made absolute first.
 image_helpers() {
   ts "build images helpers + mkimages"
   (cd "$SRC" && for p in pause nnp fakenginx; do
     go build -trimpath -ldflags='-s -w' -o "$1/$p" "./tools/images/$p"
-  done && go build -o "$1/mkimages" ./tools/mkimages)
+  done && go build -C tools/mkimages -o "$(realpath -m "$1")/mkimages" .)
 }
 
 # containerd_toml DIR CGROUP SHIM EXTRA: the config (version 2) of a private
