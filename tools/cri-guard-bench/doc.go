@@ -14,8 +14,8 @@
 // this binary re-executes itself as "serve-core": the proxy core alone
 // (runtimeproxy + server), without the sync loop.
 //
-// The race subcommand races cri-guard against the kernel's OOM killer (issue
-// 16): in a pods cgroup with a memory limit (the domain), with bystanders (a
+// The race subcommand races cri-guard against the kernel's OOM killer:
+// in a pods cgroup with a memory limit (the domain), with bystanders (a
 // BestEffort, a Burstable and a critical static pod), a runaway pod grows
 // anonymous memory at a fixed rate (tools/memhog -anon); a run ends when
 // cri-guard stops the runaway's sandbox or the kernel OOM-kills anything in
@@ -61,7 +61,7 @@
 // default, in an API this process serves (list and watch of pods with real
 // JSON, status patches, events: not kube-apiserver):
 //
-//	make build && go build -o /tmp/cri-guard-bench ./tools/cri-guard-bench
+//	make build && go -C tools/cri-guard-bench build -o /tmp/cri-guard-bench .
 //	/tmp/cri-guard-bench maxprocs --cri-guard-binary bin/cri-guard \
 //	    [--kubeconfig /tmp/cri-guard-cluster/admin.kubeconfig] [--rounds 4 --crossings 25]
 //
