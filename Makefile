@@ -16,6 +16,8 @@
 #                2.x, the kubelet, cri-guard from its .deb) alone; make test runs
 #                its tests last
 #   make deb     the Debian package, bin/cri-guard_<version>_<arch>.deb
+#   make tools-test   vet and test -race of tools/cri-guard-bench and
+#                tools/mkimages (modules of their own); make test runs it
 #   make monitoring-test   contrib/monitoring: promtool check rules and test
 #                rules (promtool from Debian's prometheus package, unpacked by
 #                scripts/promtool.sh, not installed), and the Go test that each
@@ -37,7 +39,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -83,6 +85,20 @@ kubeletdiff:
 slowfs:
 	cd tools/slowfs && $(GO) vet ./... && $(GO) test -count=1 ./...
 
+# tools/cri-guard-bench (the benchmarks: race, idle, maxprocs, apicost, fleet)
+# and tools/mkimages (the harness's test images) are modules of their own:
+# the typed clientset's fakes, cri-api's fakes and go-containerregistry stay
+# out of the product's go.mod, and `go test ./...` at the root passes over
+# them. This stage vets and tests them (-race), as the unit stage does the
+# product's packages. By hand:
+# cd tools/cri-guard-bench && go build -o ../../bin/cri-guard-bench .
+TOOLS_TEST_MODULES ?= tools/cri-guard-bench tools/mkimages
+tools-test:
+	@rc=0; for m in $(TOOLS_TEST_MODULES); do \
+	  echo "== $$m"; \
+	  $(GO) -C $$m vet ./... && $(GO) -C $$m test -race -count=1 ./... || rc=1; \
+	done; exit $$rc
+
 # Runs every stage even when one fails, always tears the harness down, and
 # exits non-zero if anything failed.
 test:
@@ -93,6 +109,7 @@ test:
 	$(MAKE) --no-print-directory monitoring-test || rc=1; \
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory slowfs || rc=1; \
+	$(MAKE) --no-print-directory tools-test || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
