@@ -22,6 +22,11 @@
 #                rules (promtool from Debian's prometheus package, unpacked by
 #                scripts/promtool.sh, not installed), and the Go test that each
 #                series named there is one cri-guard exports; make test runs it
+#   make compat  the compatibility matrix (not part of make test): each kubelet of
+#                $(COMPAT_KUBELETS) x each containerd of $(COMPAT_CONTAINERDS),
+#                critest and a standalone kubelet's admission and eviction through
+#                cri-guard; writes docs/compatibility.md. COMPAT_CELLS="k1.37.2-c2.4.2 ..."
+#                runs only those cells (scripts/compat.sh cells lists them)
 
 SHELL := /usr/bin/env bash
 GO ?= go
@@ -39,7 +44,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -160,6 +165,13 @@ guest-test:
 
 cluster-test:
 	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/
+
+# The newest patch release of each minor on the module proxy.
+COMPAT_KUBELETS ?= v1.35.4 v1.36.3 v1.37.2
+COMPAT_CONTAINERDS ?= v2.2.9 v2.3.7 v2.4.2
+COMPAT_CELLS ?=
+compat:
+	COMPAT_KUBELETS="$(COMPAT_KUBELETS)" COMPAT_CONTAINERDS="$(COMPAT_CONTAINERDS)" nice -n 10 scripts/compat.sh run $(COMPAT_CELLS)
 
 run: build rt-up
 	@mkdir -p $(dir $(RUN_SOCKET))

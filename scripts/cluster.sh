@@ -3,6 +3,7 @@
 # with cri-guard between the kubelet and containerd.
 #
 #   scripts/cluster.sh build            build (or keep) etcd and Kubernetes $K8S
+#   scripts/cluster.sh build-kubelet V  build (or keep) the kubelet of Kubernetes V alone; print its path
 #   scripts/cluster.sh kbin             print the directory of those binaries
 #   scripts/cluster.sh up               start (or keep) the cluster; idempotent
 #   scripts/cluster.sh down             undo everything `up` did
@@ -133,51 +134,64 @@ wait_for() {
   die "$what not ready after ${secs}s (log: $C/logs/$name.log)"
 }
 
-# build: etcd and the Kubernetes binaries into $KBIN, from their Go modules.
-# k8s.io/kubernetes replaces its staging modules (k8s.io/api, client-go, ...)
-# with directories that its module zip does not hold, so neither `go install
-# pkg@version` nor a build inside the module cache works: a throwaway module
-# under the cache requires it and points every staging module at its v0.x tag.
+# build: etcd and the Kubernetes binaries of $K8S into $KBIN.
 build() {
-  local cmds="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl" c have=1
-  for c in etcd $cmds; do [ -x "$KBIN/$c" ] || have=0; done
-  [ $have = 1 ] && return 0
-  local mod=$CACHE/kubernetes-$K8S/mod v=${K8S#v1.} s ld p
-  mkdir -p "$mod" "$KBIN" "$CACHE/kubernetes-$K8S/etcd-mod"
   if [ ! -x "$KBIN/etcd" ]; then
     ts "build etcd $ETCD"
-    printf 'module cri-guard.local/etcd-build\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD" \
-      >"$CACHE/kubernetes-$K8S/etcd-mod/go.mod"
-    (cd "$CACHE/kubernetes-$K8S/etcd-mod" && go get "go.etcd.io/etcd/server/v3@$ETCD" &&
+    local em=$CACHE/kubernetes-$K8S/etcd-mod
+    mkdir -p "$em" "$KBIN"
+    printf 'module cri-guard.local/etcd-build\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD" >"$em/go.mod"
+    (cd "$em" && go get "go.etcd.io/etcd/server/v3@$ETCD" &&
       go build -trimpath -ldflags '-s -w' -o "$KBIN/etcd.tmp" go.etcd.io/etcd/server/v3)
     mv "$KBIN/etcd.tmp" "$KBIN/etcd"
   fi
-  ts "build Kubernetes $K8S: $cmds (cold: see docs/testing.md)"
+  build_k8s "$K8S" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+}
+
+# build_k8s VERSION CMD...: the commands k8s.io/kubernetes/cmd/CMD of VERSION
+# into $CACHE/kubernetes-VERSION/bin (scripts/compat.sh builds other
+# releases' kubelets with it), from their Go modules; a command already there
+# is kept. k8s.io/kubernetes replaces its staging modules (k8s.io/api,
+# client-go, ...) with directories that its module zip does not hold, so
+# neither `go install pkg@version` nor a build inside the module cache works:
+# a throwaway module under the cache requires it and points every staging
+# module at its v0.x tag. It takes the release's go and godebug lines, so
+# the binaries get the GODEBUG defaults the release's own build has.
+build_k8s() {
+  local ver=$1 c have=1
+  shift
+  local bin=$CACHE/kubernetes-$ver/bin mod=$CACHE/kubernetes-$ver/mod v=${ver#v1.} s ld p
+  for c in "$@"; do [ -x "$bin/$c" ] || have=0; done
+  [ $have = 1 ] && return 0
+  mkdir -p "$mod" "$bin"
+  ts "build Kubernetes $ver: $* (cold: see docs/compatibility.md)"
   # Every staging module the release replaces (./staging/src/k8s.io/X), at its v0.x tag.
-  local kdir
-  kdir=$(go mod download -json "k8s.io/kubernetes@$K8S" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
-  [ -n "$kdir" ] || die "go mod download k8s.io/kubernetes@$K8S failed"
+  local kdir gd
+  kdir=$(go mod download -json "k8s.io/kubernetes@$ver" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [ -n "$kdir" ] || die "go mod download k8s.io/kubernetes@$ver failed"
+  gd=$(sed -n 's/^godebug default=//p' "$kdir/go.mod")
   {
-    printf 'module cri-guard.local/kubernetes-build\n\ngo %s\n\ngodebug default=go1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' \
-      "$(sed -n 's/^go //p' "$kdir/go.mod")" "$K8S"
+    printf 'module cri-guard.local/kubernetes-build\n\ngo %s\n\n' "$(sed -n 's/^go //p' "$kdir/go.mod")"
+    [ -z "$gd" ] || printf 'godebug default=%s\n\n' "$gd"
+    printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$ver"
     for s in $(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$kdir/go.mod" | sort -u); do
       printf '\t%s => %s v0.%s\n' "$s" "$s" "$v"
     done
     printf ')\n'
   } >"$mod/go.mod"
   local pkgs=()
-  for c in $cmds; do pkgs+=("k8s.io/kubernetes/cmd/$c@$K8S"); done
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c@$ver"); done
   (cd "$mod" && go get "${pkgs[@]}")
   # The version the binaries report (the kubelet's and kubectl's skew checks).
   ld="-s -w"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld="$ld -X $p.gitVersion=$K8S -X $p.gitMajor=1 -X $p.gitMinor=${v%%.*} -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+    ld="$ld -X $p.gitVersion=$ver -X $p.gitMajor=1 -X $p.gitMinor=${v%%.*} -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  for c in $cmds; do
-    [ -x "$KBIN/$c" ] && continue
-    ts "build $c"
-    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$KBIN/$c.tmp" "k8s.io/kubernetes/cmd/$c")
-    mv "$KBIN/$c.tmp" "$KBIN/$c"
+  for c in "$@"; do
+    [ -x "$bin/$c" ] && continue
+    ts "build $c $ver"
+    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin/$c.tmp" "k8s.io/kubernetes/cmd/$c")
+    mv "$bin/$c.tmp" "$bin/$c"
   done
 }
 
@@ -475,6 +489,7 @@ down() {
 
 case "${1:-}" in
 build) build ;;
+build-kubelet) [ -n "${2:-}" ] || die "usage: $0 build-kubelet VERSION"; build_k8s "$2" kubelet; echo "$CACHE/kubernetes-$2/bin/kubelet" ;;
 kbin) echo "$KBIN" ;;
 up) up ;;
 down) down ;;
