@@ -73,7 +73,7 @@ apt_need() {
     }) 9>/tmp/cri-guard-apt.lock
 }
 
-# shellcheck source=build-runtime.sh
+# shellcheck source=scripts/build-runtime.sh
 . "$SRC/scripts/build-runtime.sh" # RUNTIME_CACHE, RUNC_DIR, build_containerd, build_runc
 
 ctrd_dir() { echo "$RUNTIME_CACHE/containerd-$1"; }
@@ -86,16 +86,32 @@ cells() {
 }
 
 # build: every containerd and kubelet of the matrix, runc, the tools, cri-guard.
+# A build that compiled (not one found in the cache) is timed in $RES/builds.tsv.
 build() {
-  local c k
+  local c k t
+  mkdir -p "$RES"
   for c in $CONTAINERDS; do
+    [ -x "$(ctrd_dir "$c")/containerd" ] && continue
+    t=$EPOCHREALTIME
     CTRD=$c CTRD_DIR=$(ctrd_dir "$c") build_containerd
+    built "containerd $c" "$t"
   done
   build_runc
-  for k in $KUBELETS; do "$SRC/scripts/cluster.sh" build-kubelet "$k" >/dev/null; done
+  for k in $KUBELETS; do
+    [ -x "$(kubelet_bin "$k")" ] && continue
+    t=$EPOCHREALTIME
+    "$SRC/scripts/cluster.sh" build-kubelet "$k" >/dev/null
+    built "kubelet $k" "$t"
+  done
   tools
   mkdir -p "$W/bin"
   (cd "$SRC" && go build -tags grpcnotrace -trimpath -ldflags '-s -w' -o "$W/bin/cri-guard" ./cmd/cri-guard)
+}
+
+# built WHAT START: a line of $RES/builds.tsv (what, seconds, date, the load average then).
+built() {
+  printf '%s\t%s\t%s\t%s\n' "$1" "$(awk -v a="$EPOCHREALTIME" -v b="$2" 'BEGIN { printf "%d", a - b }')" \
+    "$(date -u +%Y-%m-%d)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RES/builds.tsv"
 }
 
 # tools: crictl, critest and ginkgo as scripts/rt.sh builds them (the same cache).
@@ -400,7 +416,7 @@ cell_down() {
   stop_pid "$d/cri-guard.pid" cri-guard TERM
   stop_pid "$d/containerd.pid" containerd TERM
   for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $d/containerd.sock" || true); do
-    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ] && kill -9 "$p" 2>/dev/null || true
+    if [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ]; then kill -9 "$p" 2>/dev/null || true; fi
   done
   cg_clean "$CG/$(basename "$d")"
   { findmnt -rn -o TARGET | grep "^$d/" || true; } | sort -r | while read -r m; do
@@ -421,7 +437,7 @@ cell_down() {
 run_cell() {
   local k=$1 c=$2 cell d t0 out
   cell=$(cell_name "$k" "$c"); d=$W/$cell; t0=$EPOCHREALTIME
-  local critest="not run" passed="" failed="" admission=no eviction=no what=""
+  local critest="not run" passed failed admission=no eviction=no what=""
   cell_down "$d"
   mkdir -p "$d"/{root,state,opt,cni/net.d,logs,manifests,pod-logs,kubelet} && touch "$d/.cri-guard-compat"
   local h
@@ -494,14 +510,19 @@ run_cell() {
     cp "$d/logs/cri-guard.log" "$RES/$cell.cri-guard.log" 2>/dev/null || true
   fi
   cell_down "$d"
-  local secs
-  secs=$(awk -v a="$EPOCHREALTIME" -v b="$t0" 'BEGIN { printf "%d", a - b }')
+  result "$k" "$c" "$t0" "$critest" "$admission" "$eviction" "$what"
+}
+
+# result KUBELET CONTAINERD START CRITEST ADMISSION EVICTION WHAT: the cell's $RES/<cell>.env.
+result() {
+  local cell secs
+  cell=$(cell_name "$1" "$2")
+  secs=$(awk -v a="$EPOCHREALTIME" -v b="$3" 'BEGIN { printf "%d", a - b }')
   {
-    printf 'cell=%q\nkubelet=%q\ncontainerd=%q\ndate=%q\n' "$cell" "$k" "$c" "$(date -u +%Y-%m-%d)"
-    printf 'critest=%q\npassed=%q\nfailed=%q\nadmission=%q\neviction=%q\nwhat=%q\nseconds=%q\n' \
-      "$critest" "$passed" "$failed" "$admission" "$eviction" "$what" "$secs"
+    printf 'cell=%q\nkubelet=%q\ncontainerd=%q\ndate=%q\n' "$cell" "$1" "$2" "$(date -u +%Y-%m-%d)"
+    printf 'critest=%q\nadmission=%q\neviction=%q\nwhat=%q\nseconds=%q\n' "$4" "$5" "$6" "$7" "$secs"
   } >"$RES/$cell.env"
-  ts "$cell: critest $critest, admission $admission, eviction $eviction${what:+ ($what)} in ${secs}s"
+  ts "$cell: critest $4, admission $5, eviction $6${7:+ ($7)} in ${secs}s"
 }
 
 report() {
@@ -538,8 +559,9 @@ MD
         cell=$(cell_name "$k" "$c")
         if [ -f "$RES/$cell.env" ]; then
           (
-            # shellcheck disable=SC1090
+            # shellcheck disable=SC1090 # a cell's result
             . "$RES/$cell.env"
+            # shellcheck disable=SC2154 # from the result
             printf '| %s × %s | %s | %s | %s | %s | %s |\n' "$kubelet" "$containerd" "$date" "$critest" "$admission" "$eviction" "${what:--}"
           )
         else
@@ -547,6 +569,13 @@ MD
         fi
       done
     done
+    # shellcheck disable=SC2016 # Markdown backquotes
+    if [ -f "$RES/builds.tsv" ]; then
+      printf '\nCold builds measured here (from the Go module cache and Go build cache of this\nmachine; 2 cores shared with other work, `nice`d, so the load average is given):\n\n'
+      printf '| build | seconds | date | load average (1, 5, 15 min) |\n|---|---|---|---|\n'
+      awk -F'\t' '{ printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4 }' "$RES/builds.tsv"
+    fi
+    # shellcheck disable=SC2016 # Markdown backquotes
     if [ -f "$RES/timing.md" ]; then
       printf '\nWall time of `make compat` runs on this machine (build: every cell'"'"'s binaries; a\ncold build compiles them, a warm one finds them in ~/.cache/cri-guard):\n\n'
       cat "$RES/timing.md"
@@ -556,7 +585,7 @@ MD
 }
 
 run() {
-  local want=("$@") k c cell n=0
+  local want=("$@") k c cell n=0 t
   mkdir -p "$RES"
   local tb=$EPOCHREALTIME
   ts "build (kubelets: $KUBELETS; containerds: $CONTAINERDS)"
@@ -570,9 +599,11 @@ run() {
       cell=$(cell_name "$k" "$c")
       if [ ${#want[@]} -gt 0 ] && ! printf '%s\n' "${want[@]}" | grep -qx "$cell"; then continue; fi
       # One cell at a time under the harness lock; released between cells.
+      t=$EPOCHREALTIME
       (flock -x 9
         trap 'cell_down "$W/$cell"' EXIT
-        run_cell "$k" "$c") 9>"$LOCK" || ts "$cell: aborted (see above)"
+        run_cell "$k" "$c") 9>"$LOCK" ||
+        result "$k" "$c" "$t" "aborted" "-" "-" "the cell's script stopped on an error (see make compat's output)"
       n=$((n + 1))
     done
   done
