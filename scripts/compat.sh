@@ -343,6 +343,9 @@ set_available() {
   mv "$1/stats/proc/meminfo.tmp" "$1/stats/proc/meminfo"
 }
 
+# kubelet_yaml D: the standalone kubelet's configuration (the cluster's, less the
+# API server's parts). Its housekeeping period is no configuration field
+# (cadvisor's flag, --housekeeping-interval, the one such flag 1.37 keeps).
 kubelet_yaml() {
   local d=$1
   cat >"$d/kubelet.yaml" <<YAML
@@ -369,7 +372,6 @@ fileCheckFrequency: 2s
 podLogsDir: $d/pod-logs
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}
 evictionPressureTransitionPeriod: 10s
-housekeepingInterval: 2s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
@@ -482,7 +484,7 @@ run_cell() {
     kubelet_yaml "$d"
     cg_make "$CG/$cell/pods"
     launch "$d/kubelet.pid" "$d/logs/kubelet.log" "$CG/$cell/kubelet" "$(kubelet_bin "$k")" --config "$d/kubelet.yaml" \
-      --hostname-override "$NODE" --root-dir "$d/kubelet" --cert-dir "$d/kubelet/pki"
+      --hostname-override "$NODE" --root-dir "$d/kubelet" --cert-dir "$d/kubelet/pki" --housekeeping-interval 2s
     if ! wait_for 120 curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ/healthz"; then
       what="${what:+$what; }kubelet not healthy: $(grep -E '^E|[Ee]rror' "$d/logs/kubelet.log" | tail -1 | cut -c1-200)"
     else
@@ -506,6 +508,10 @@ run_cell() {
         fi
       fi
     fi
+    # A field this release does not know is ignored (lenient decoding) with this line:
+    local unknown
+    unknown=$(grep -o 'strict decoding error: [^"]*' "$d/logs/kubelet.log" 2>/dev/null | head -1 || true)
+    [ -z "$unknown" ] || what="${what:+$what; }kubelet config: $unknown"
     cp "$d/logs/kubelet.log" "$RES/$cell.kubelet.log" 2>/dev/null || true
     cp "$d/logs/cri-guard.log" "$RES/$cell.cri-guard.log" 2>/dev/null || true
   fi
