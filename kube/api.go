@@ -27,8 +27,11 @@ type server interface {
 	nodeListWatch(node string) cache.ListerWatcher
 	// patchPodStatus patches a pod's status subresource.
 	patchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte) (*corev1.Pod, error)
-	// createEvent makes an event.
-	createEvent(ctx context.Context, ev *corev1.Event) error
+	// createEvent, updateEvent and patchEvent write an event and return
+	// it as written (the event sink of events.go).
+	createEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error)
+	updateEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error)
+	patchEvent(ctx context.Context, namespace, name string, patch []byte) (*corev1.Event, error)
 	// getNode reads the node from etcd (only after a conflict: the
 	// client reads its Node from the cache).
 	getNode(ctx context.Context, name string) (*corev1.Node, error)
@@ -183,10 +186,37 @@ func (s restServer) patchPodStatus(ctx context.Context, namespace, name string, 
 	return &p, nil
 }
 
-func (s restServer) createEvent(ctx context.Context, ev *corev1.Event) error {
+func (s restServer) createEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+	var out corev1.Event
+	if err := s.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Into(&out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func (s restServer) updateEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var out corev1.Event
+	if err := s.rc.Put().Namespace(ev.Namespace).Resource("events").Name(ev.Name).Body(ev).Do(ctx).Into(&out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// patchEvent is a strategic merge patch, as the event correlator makes
+// them (a repeat's count and last timestamp).
+func (s restServer) patchEvent(ctx context.Context, namespace, name string, patch []byte) (*corev1.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var out corev1.Event
+	if err := s.rc.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("events").Name(name).
+		Body(patch).Do(ctx).Into(&out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 func (s restServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {

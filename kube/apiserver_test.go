@@ -32,7 +32,8 @@ import (
 // in production (restServer, its rest.Config, client-go's reflectors):
 // list and watch of pods and of the Node, with watch-list (initial events
 // and their end bookmark), bookmarks, compaction (410 to a watch from an
-// older resourceVersion), node and pod status patches and events; it
+// older resourceVersion), pod changes sent to the open pod watches, node
+// and pod status patches and events (created, patched, updated); it
 // answers protobuf to a client that asks for it, JSON otherwise.
 type fakeAPI struct {
 	t   *testing.T
@@ -51,7 +52,9 @@ type fakeAPI struct {
 	// the latest resourceVersion (the API server sends one a minute), then
 	// is ended by the server (its timeoutSeconds, scaled down)
 	bookmarkAfter time.Duration
-	events        []*corev1.Event
+	events        []*corev1.Event // in the order created
+	// eventCode: when not 0, every event write is refused with it
+	eventCode int
 }
 
 // apiRequest is one request as the server saw it.
@@ -73,6 +76,8 @@ type apiWatch struct {
 	// stop makes the server end it, with no bookmark newer than the
 	// version it began with
 	stop chan struct{}
+	// changes are the changes to send (changed)
+	changes chan watch.Event
 }
 
 func (w *apiWatch) gone() bool {
@@ -267,22 +272,76 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.patch(w, r, p, &corev1.Pod{})
-	case r.Method == http.MethodPost && len(parts) == 3 && parts[2] == "events":
+	case len(parts) >= 3 && parts[2] == "events":
+		f.event(w, r, mt, parts)
+	default:
+		f.t.Errorf("unexpected request %s %s", r.Method, r.URL)
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// event serves the event writes: POST, PATCH (strategic merge) and PUT
+// of /api/v1/namespaces/<ns>/events[/<name>], refused with eventCode when
+// it is set.
+func (f *fakeAPI) event(w http.ResponseWriter, r *http.Request, mt string, parts []string) {
+	f.mu.Lock()
+	code := f.eventCode
+	var cur *corev1.Event
+	if len(parts) == 4 {
+		for _, e := range f.events {
+			if e.Namespace == parts[1] && e.Name == parts[3] {
+				cur = e
+			}
+		}
+	}
+	f.mu.Unlock()
+	if code != 0 {
+		_, _ = io.Copy(io.Discard, r.Body)
+		reason := metav1.StatusReasonInternalError
+		if code == http.StatusForbidden {
+			reason = metav1.StatusReasonForbidden
+		}
+		f.write(w, r, code, &metav1.Status{Status: metav1.StatusFailure, Code: int32(code), Reason: reason})
+		return
+	}
+	decode := func() *corev1.Event {
 		b, _ := io.ReadAll(r.Body)
 		si, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), mt)
 		var ev corev1.Event
 		if !ok {
-			f.t.Errorf("event posted as %q", mt)
+			f.t.Errorf("event sent as %q", mt)
 		} else if _, _, err := si.Serializer.Decode(b, nil, &ev); err != nil {
-			f.t.Errorf("decode the posted event (%s): %v", mt, err)
+			f.t.Errorf("decode the event sent (%s): %v", mt, err)
 		}
+		return &ev
+	}
+	switch {
+	case r.Method == http.MethodPost && len(parts) == 3:
+		ev := decode()
 		f.mu.Lock()
-		f.events = append(f.events, &ev)
+		f.rv++
+		ev.ResourceVersion = strconv.FormatUint(f.rv, 10)
+		f.events = append(f.events, ev)
+		out := ev.DeepCopy()
 		f.mu.Unlock()
-		f.write(w, r, http.StatusCreated, &ev)
+		f.write(w, r, http.StatusCreated, out)
+	case cur == nil:
+		_, _ = io.Copy(io.Discard, r.Body)
+		f.write(w, r, http.StatusNotFound, &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound})
+	case r.Method == http.MethodPatch:
+		f.patch(w, r, cur, &corev1.Event{})
+	case r.Method == http.MethodPut:
+		ev := decode()
+		f.mu.Lock()
+		f.rv++
+		*cur = *ev
+		cur.ResourceVersion = strconv.FormatUint(f.rv, 10)
+		out := cur.DeepCopy()
+		f.mu.Unlock()
+		f.write(w, r, http.StatusOK, out)
 	default:
 		f.t.Errorf("unexpected request %s %s", r.Method, r.URL)
-		w.WriteHeader(http.StatusNotFound)
+		w.WriteHeader(http.StatusMethodNotAllowed)
 	}
 }
 
@@ -298,6 +357,9 @@ func (f *fakeAPI) patch(w http.ResponseWriter, r *http.Request, obj, schema runt
 	}
 	f.rv++
 	obj.(metav1.Object).SetResourceVersion(strconv.FormatUint(f.rv, 10))
+	if p, ok := obj.(*corev1.Pod); ok {
+		f.changed(p)
+	}
 	res := obj.DeepCopyObject()
 	f.mu.Unlock()
 	if err != nil {
@@ -308,7 +370,8 @@ func (f *fakeAPI) patch(w http.ResponseWriter, r *http.Request, obj, schema runt
 
 // watch serves one watch until the server or the client ends it.
 func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string) {
-	aw := &apiWatch{resource: resource, query: r.URL.Query(), clientGone: make(chan struct{}), ended: make(chan struct{}), stop: make(chan struct{})}
+	aw := &apiWatch{resource: resource, query: r.URL.Query(), clientGone: make(chan struct{}), ended: make(chan struct{}),
+		stop: make(chan struct{}), changes: make(chan watch.Event, 256)}
 	f.mu.Lock()
 	f.open = append(f.open, aw)
 	rv, floor, after := f.rv, f.floor, f.bookmarkAfter
@@ -376,19 +439,74 @@ func (f *fakeAPI) watch(w http.ResponseWriter, r *http.Request, resource string)
 	if after > 0 && resource == "pods" {
 		tick = time.After(after)
 	}
-	select {
-	case <-tick:
-		f.mu.Lock()
-		rv := f.rv
-		f.mu.Unlock()
-		send(bookmark(rv, false))
-	case <-r.Context().Done():
-		close(aw.clientGone)
-	case <-aw.stop:
-		// a bookmark at the version the watch began with (not past the
-		// compaction to come), so that it did not end empty
-		send(bookmark(rv, false))
+	for {
+		select {
+		case ev := <-aw.changes:
+			send(ev)
+			continue
+		case <-tick:
+			f.mu.Lock()
+			rv := f.rv
+			f.mu.Unlock()
+			send(bookmark(rv, false))
+		case <-r.Context().Done():
+			close(aw.clientGone)
+		case <-aw.stop:
+			// a bookmark at the version the watch began with (not past the
+			// compaction to come), so that it did not end empty
+			send(bookmark(rv, false))
+		}
+		return
 	}
+}
+
+// changed sends a pod's new version to the open pod watches (f.mu held).
+func (f *fakeAPI) changed(p *corev1.Pod) {
+	for _, w := range f.open {
+		if w.resource != "pods" || w.gone() {
+			continue
+		}
+		select {
+		case <-w.ended:
+			continue
+		default:
+		}
+		select {
+		case w.changes <- watch.Event{Type: watch.Modified, Object: p.DeepCopy()}:
+		default:
+			f.t.Errorf("pod watch: more than %d changes unsent", cap(w.changes))
+		}
+	}
+}
+
+// kubeletWrites plays the kubelet's status manager: it writes its own
+// status over the pod's, a new version the pod watches are sent.
+func (f *fakeAPI) kubeletWrites(name string, edit func(st *corev1.PodStatus)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.pods {
+		if p.Name == name {
+			edit(&p.Status)
+			f.rv++
+			p.ResourceVersion = strconv.FormatUint(f.rv, 10)
+			f.changed(p)
+			return
+		}
+	}
+	f.t.Fatalf("no pod %q", name)
+}
+
+// pod is a copy of the server's pod.
+func (f *fakeAPI) pod(name string) *corev1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.pods {
+		if p.Name == name {
+			return p.DeepCopy()
+		}
+	}
+	f.t.Fatalf("no pod %q", name)
+	return nil
 }
 
 // TestWatchOutlivesRequestTimeout: reads and writes have a deadline each,
@@ -591,5 +709,142 @@ func TestNoPeriodicNodeGet(t *testing.T) {
 	}
 	if n := f.relists("nodes"); n != 1 {
 		t.Fatalf("%d reads of the Node list, want the first only", n)
+	}
+}
+
+// podPatches counts the client's status patches of the pod name.
+func (f *fakeAPI) podPatches(name string) int {
+	return len(f.requests(func(r apiRequest) bool {
+		return r.method == http.MethodPatch && r.path == "/api/v1/namespaces/default/pods/"+name+"/status"
+	}))
+}
+
+// TestKubeletWriterBounded: a kubelet whose status cache lacks cri-guard's
+// reason and message writes its own back at every status sync, for as
+// long as the pod exists. cri-guard writes them again at most reassertMax
+// times within reassertWindow of the report, then leaves the kubelet's (a
+// line in the log, once): however many syncs come, the pod is written at
+// most 1+reassertMax times in all.
+func TestKubeletWriterBounded(t *testing.T) {
+	tests := []struct {
+		name  string
+		every time.Duration // between the kubelet's writes
+		want  int           // status patches in all
+	}{
+		{"every 5 s", 5 * time.Second, 1 + reassertMax},
+		{"at once", 0, 1 + reassertMax},
+		// the third comes past the window
+		{"every 4 min", 4 * time.Minute, 1 + 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFakeAPI(t, apiPod("web", "u1"), apiPod("other", "u2"))
+			now := time.Unix(5000, 0)
+			var mu sync.Mutex
+			var logs func() string
+			c := f.start(Config{}, func(c *Client) {
+				c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+				logs = logTo(c)
+			})
+			c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+			waitFor(t, "reported", func() bool { return f.podPatches("web") == 1 && c.State().Pending == 0 })
+			for i := range 20 {
+				mu.Lock()
+				now = now.Add(tt.every)
+				mu.Unlock()
+				n := f.podPatches("web")
+				f.kubeletWrites("web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
+				if n < tt.want {
+					waitFor(t, fmt.Sprintf("write %d answered", i+1), func() bool { return f.podPatches("web") == n+1 && c.State().Pending == 0 })
+				}
+			}
+			waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
+			// the watch's changes are handled in order: once the other
+			// pod's replacement is written again, every change of web's
+			// was seen
+			c.Evicted(&pod.Pod{UID: "u2", Name: "other", Namespace: "default"}, evictMsg)
+			waitFor(t, "the other pod reported", func() bool { return f.podPatches("other") == 1 && c.State().Pending == 0 })
+			f.kubeletWrites("other", func(st *corev1.PodStatus) { st.Message = "" })
+			waitFor(t, "the other pod written again", func() bool { return f.podPatches("other") == 2 && c.State().Pending == 0 })
+			if n := f.podPatches("web"); n != tt.want {
+				t.Fatalf("%d status patches of the pod, want %d", n, tt.want)
+			}
+			if n := strings.Count(logs(), leftToKubelet); n != 1 {
+				t.Fatalf("logged %d times, want once:\n%s", n, logs())
+			}
+			if st := f.pod("web").Status; st.Phase != corev1.PodFailed || st.Reason != "" || dtCondition(st) == nil {
+				t.Fatalf("status %+v: want the kubelet's reason and message, Failed and DisruptionTarget kept", st)
+			}
+		})
+	}
+}
+
+// TestStatusBeforeEvent: the pod's status is written first, its event
+// after; an event the server refuses (403: an identity without events;
+// 500) neither holds the status back nor is retried for ever.
+func TestStatusBeforeEvent(t *testing.T) {
+	for _, code := range []int{http.StatusForbidden, http.StatusInternalServerError} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			f := newFakeAPI(t, apiPod("web", "u1"))
+			f.eventCode = code
+			c := f.start(Config{})
+			c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+			isEvent := func(r apiRequest) bool {
+				return strings.HasSuffix(r.path, "/events") || strings.Contains(r.path, "/events/")
+			}
+			waitFor(t, "the status written and the event tried", func() bool {
+				return f.pod("web").Status.Phase == corev1.PodFailed && len(f.requests(isEvent)) > 0 && c.State().Pending == 0
+			})
+			var order []string
+			for _, r := range f.requests(func(r apiRequest) bool { return r.method != http.MethodGet }) {
+				order = append(order, r.method+" "+r.path)
+			}
+			if len(order) < 2 || order[0] != "PATCH /api/v1/namespaces/default/pods/web/status" || !strings.HasSuffix(order[1], "/events") {
+				t.Fatalf("writes %q: want the status PATCH, then the event", order)
+			}
+			if st := f.pod("web").Status; st.Reason != "Evicted" || st.Message != evictMsg {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+// TestEventBurstCorrelated: the events go through client-go's correlator:
+// 100 identical events of one pod at once make one event, its count
+// raised by PATCHes up to the spam filter's burst (25 per pod), the rest
+// dropped.
+func TestEventBurstCorrelated(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"), apiPod("other", "u2"))
+	c := f.start(Config{})
+	web, other := f.pod("web"), f.pod("other")
+	r := &report{reason: "Evicted", message: evictMsg}
+	for range 100 {
+		if !c.event(web, r) {
+			t.Fatal("no event recorder while the client runs")
+		}
+	}
+	c.event(other, r) // written after the 100: they are all handled by then
+	events := func(method string) int {
+		return len(f.requests(func(r apiRequest) bool { return r.method == method && strings.Contains(r.path, "/events") }))
+	}
+	waitFor(t, "the other pod's event", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, e := range f.events {
+			if e.InvolvedObject.Name == "other" {
+				return true
+			}
+		}
+		return false
+	})
+	if post, patch := events(http.MethodPost), events(http.MethodPatch); post != 2 || patch != 24 {
+		t.Fatalf("%d POSTs and %d PATCHes of events, want 2 (web, other) and 24 (web's repeats up to the burst of 25)", post, patch)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev := f.events[0]
+	if ev.InvolvedObject.Name != "web" || ev.Count != 25 || ev.Source.Component != "cri-guard" || ev.Source.Host != "node-1" ||
+		ev.ReportingController != "cri-guard" || ev.ReportingInstance != "node-1" || ev.Type != corev1.EventTypeWarning {
+		t.Fatalf("event %+v: want web's, count 25, cri-guard's on node-1", ev)
 	}
 }

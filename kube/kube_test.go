@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -114,12 +115,25 @@ func (f *fakeServer) patchPodStatus(ctx context.Context, ns, name string, pt typ
 	return f.cs.CoreV1().Pods(ns).Patch(ctx, name, pt, patch, metav1.PatchOptions{}, "status")
 }
 
-func (f *fakeServer) createEvent(ctx context.Context, ev *corev1.Event) error {
+func (f *fakeServer) createEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
 	if err := f.fail(&f.failEvents); err != nil {
-		return err
+		return nil, err
 	}
-	_, err := f.cs.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	return err
+	return f.cs.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+}
+
+func (f *fakeServer) updateEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error) {
+	if err := f.fail(&f.failEvents); err != nil {
+		return nil, err
+	}
+	return f.cs.CoreV1().Events(ev.Namespace).Update(ctx, ev, metav1.UpdateOptions{})
+}
+
+func (f *fakeServer) patchEvent(ctx context.Context, ns, name string, patch []byte) (*corev1.Event, error) {
+	if err := f.fail(&f.failEvents); err != nil {
+		return nil, err
+	}
+	return f.cs.CoreV1().Events(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 }
 
 func (f *fakeServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
@@ -368,7 +382,6 @@ func TestEvictedReport(t *testing.T) {
 
 func TestRejectedReport(t *testing.T) {
 	f, c := newFake(t, apiPod("be", "u2"))
-	f.failEvents = 2
 	c.Rejected(&pod.Pod{UID: "u2", Name: "be", Namespace: "default"}, "Evicted", "The node had condition: [MemoryPressure]. ")
 	waitFor(t, "status written", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
 	settled(t, c)
@@ -492,54 +505,64 @@ func TestTerminalPodNotReported(t *testing.T) {
 	}
 }
 
-// TestRewritesSlowDown: a writer that replaces the report as soon as it is
-// written is answered, but more and more slowly (no write war at full
-// speed).
-func TestRewritesSlowDown(t *testing.T) {
-	f, c := newFake(t, apiPod("web", "u1"))
-	c.retry = 50 * time.Millisecond
-	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
-	waitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
-	settled(t, c)
-	start := time.Now()
-	for i := 0; i < 6; i++ {
-		n := len(f.statusPatches())
-		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Message = "" })
-		waitFor(t, "rewritten", func() bool { return len(f.statusPatches()) == n+1 })
-		settled(t, c)
-	}
-	// rewrites 4, 5, 6 wait 50, 100, 200 ms
-	if d := time.Since(start); d < 350*time.Millisecond {
-		t.Fatalf("six rewrites in %v: want the later ones backed off", d)
-	}
+// logTo makes c log at Info level into a buffer, read with the function
+// returned.
+func logTo(c *Client) func() string {
+	var mu sync.Mutex
+	var buf strings.Builder
+	l := logrus.New()
+	l.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
+	c.log = logrus.NewEntry(l)
+	return func() string { mu.Lock(); defer mu.Unlock(); return buf.String() }
 }
 
-// TestPeriodicWriterAnsweredAtOnce: a kubelet whose status cache lacks
-// cri-guard's reason and message (seen for an evicted pod whose container
-// exits 0 on SIGTERM: the phase it derives, Succeeded, is forced back to
-// the API's Failed without them) replaces them at every status sync, each
-// 10 s, for as long as the pod exists, and again after each restart. A
-// replacement of a report that held that long is written again at once,
-// however many came before: only quick replacements slow cri-guard down.
-func TestPeriodicWriterAnsweredAtOnce(t *testing.T) {
+const leftToKubelet = "the kubelet's values are left as they are"
+
+// TestKubeletReplacementsAnsweredWithinBound: a kubelet restarted right
+// after the report, or one whose status cache missed cri-guard's reason
+// and message, writes its own over them; each replacement within the
+// bound (reassertMax within reassertWindow) is written again at once (the
+// clock standing still: nothing is put off), without a second event; the
+// next is left to the kubelet, said once in the log.
+func TestKubeletReplacementsAnsweredWithinBound(t *testing.T) {
 	f, c := newFake(t, apiPod("web", "u1"))
 	now := time.Unix(5000, 0)
 	var mu sync.Mutex
 	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	logs := logTo(c)
+	want := &report{kind: kindEvict, reason: "Evicted", message: evictMsg}
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
 	waitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
 	settled(t, c)
-	for i := range 8 {
+	for i := range reassertMax {
+		n := len(f.statusPatches())
+		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
+		waitFor(t, fmt.Sprintf("replacement %d written again at once", i+1), func() bool {
+			return len(f.statusPatches()) == n+1 && holds(f.pod(t, "web"), want)
+		})
+		settled(t, c)
 		mu.Lock()
 		now = now.Add(10 * time.Second) // the kubelet's status sync period
 		mu.Unlock()
-		n := len(f.statusPatches())
+	}
+	// a write again carries only what was replaced
+	if p := f.statusPatches()[1]; strings.Contains(p, "phase") || strings.Contains(p, "conditions") || !strings.Contains(p, `"reason"`) {
+		t.Fatalf("patch %s: want reason and message only", p)
+	}
+	for range 3 {
 		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
-		// the clock stands still: a rewrite put off would never come
-		waitFor(t, fmt.Sprintf("replacement %d written again at once", i+1), func() bool {
-			return len(f.statusPatches()) == n+1 && holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
-		})
-		settled(t, c)
+	}
+	waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
+	settled(t, c)
+	if n := len(f.statusPatches()); n != 1+reassertMax {
+		t.Fatalf("%d status patches, want %d", n, 1+reassertMax)
+	}
+	st := f.pod(t, "web").Status
+	if st.Phase != corev1.PodFailed || st.Reason != "" || !disruptionTargetHolds(&st, want) {
+		t.Fatalf("status %+v: want the kubelet's reason, Failed and DisruptionTarget kept", st)
+	}
+	if n := strings.Count(logs(), leftToKubelet); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, logs())
 	}
 	if n := len(f.events(t)); n != 1 {
 		t.Fatalf("%d events, want 1", n)
@@ -801,5 +824,49 @@ func TestRejectionsBoundedPerOwner(t *testing.T) {
 	settled(t, c)
 	if got := failed(); !slices.Contains(got, "rs-a-3") || !slices.Contains(got, "rs-a-5") {
 		t.Fatalf("Failed pods %v after the window: want rs-a-3 and rs-a-5 reported", got)
+	}
+}
+
+// recordGoroutines counts the goroutines of client-go's event broadcaster
+// (its queue's loop and its sink's watcher).
+func recordGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := goruntime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "k8s.io/client-go/tools/record.") || strings.Contains(g, "k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestEventBroadcasterStopsWithClient: the broadcaster Run starts ends
+// with it, its goroutines too.
+func TestEventBroadcasterStopsWithClient(t *testing.T) {
+	before := recordGoroutines()
+	f := &fakeServer{cs: fake.NewClientset(apiPod("web", "u1"), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
+	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	waitFor(t, "the event written", func() bool { return len(f.events(t)) == 1 })
+	if n := recordGoroutines(); n <= before {
+		t.Fatalf("%d broadcaster goroutines while the client runs, %d before: the count sees none", n, before)
+	}
+	cancel()
+	<-done
+	waitFor(t, "the broadcaster's goroutines ended", func() bool { return recordGoroutines() <= before })
+	if c.event(f.pod(t, "web"), &report{reason: "Evicted", message: "m"}) {
+		t.Fatal("an event queued after the client stopped")
 	}
 }

@@ -45,25 +45,53 @@ const (
 // are cri-guard's, not the kubelet's, with the kubelet's reasons.
 const eventComponent = "cri-guard"
 
-// defaultRewriteCalm: a replacement of a report that held this long since
-// cri-guard wrote it is written again at once. The kubelet's status
-// manager, when its cache lacks cri-guard's reason and message, replaces
-// them at each of its status syncs (every 10 s) for as long as the pod
-// exists: a steady pace to answer, not a write war to slow down. Only
-// replacements that come sooner, in a row, are answered more and more
-// slowly.
-const defaultRewriteCalm = 5 * time.Second
+// Why a report's re-assertions are bounded: what the kubelet's status
+// manager does to the fields cri-guard owns once the pod is Failed in the
+// API (1.36 and 1.37 alike: pkg/kubelet/status/status_manager.go,
+// generateAPIPodStatus in pkg/kubelet/kubelet_pods.go).
+//   - Phase: kept. generateAPIPodStatus forces the API's terminal phase back
+//     (no transition out of a terminal phase) and TerminatePod only ever
+//     moves to Failed. Only a status cached before the kubelet saw the
+//     report (a rejection's Pending) can be written over it, until the
+//     kubelet's next sync of the pod reads the API's Failed.
+//   - DisruptionTarget: kept. It is not among the conditions the kubelet
+//     owns (PodConditionByKubelet): mergePodStatus and generateAPIPodStatus
+//     carry the API's over, and the kubelet's own replaces it only on a
+//     transition to a terminal phase, which a pod Failed already never
+//     makes.
+//   - Reason and message: the kubelet's. generateAPIPodStatus takes them
+//     from its status cache when the phase it derives is the cached one
+//     (the API's only where the cache's are empty), and none when the
+//     cached phase changes (Running to the API's Failed). Once the pod's
+//     worker is done nothing refreshes that cache, and each syncBatch (10 s)
+//     finds the API unlike it (needsReconcile) and patches the cache's
+//     reason and message back, for as long as the pod exists: no write of
+//     cri-guard's changes that cache, so answering each replacement is a
+//     war without end (6 writes a minute per pod). What does stick is the
+//     API's value at the kubelet's syncs of the pod (generateAPIPodStatus
+//     falls back to it): those right after the report, and the first after
+//     a kubelet restart (an empty cache starts from the API's status).
+//
+// So a replacement is written again at most reassertMax times within
+// reassertWindow of the report; past that the kubelet's values are left as
+// they are, said once in the log. The pod stays Failed, with its
+// DisruptionTarget and cri-guard's event.
+const (
+	reassertMax    = 3
+	reassertWindow = 10 * time.Minute
+)
 
 // defaultGoneAfter is how long a report waits for its pod to be in the
 // cache (the pod of a sandbox is in the API before the kubelet asks for
 // it, but the watch may lag) before the pod is taken for gone.
 const defaultGoneAfter = time.Minute
 
-// report is one decision reported on one pod: its event, made once, and
-// the fields of the pod's status cri-guard owns (phase, reason, message,
-// DisruptionTarget), written again whenever the watch shows them replaced.
-// Its fields are guarded by Client.mu, but eventMade, which only the
-// writer goroutine reads and writes.
+// report is one decision reported on one pod: the fields of the pod's
+// status cri-guard owns (phase, reason, message, DisruptionTarget), written
+// again when the watch shows them replaced (at most reassertMax times
+// within reassertWindow), and its event, made once, after the status. Its
+// fields are guarded by Client.mu, but eventMade, which only the writer
+// goroutine reads and writes.
 type report struct {
 	kind      reportKind
 	uid       string
@@ -80,14 +108,13 @@ type report struct {
 	// patched: cri-guard's status was written; patchedRV is the
 	// resourceVersion the last write returned (the watch may still deliver
 	// older versions, which say nothing of it)
-	patched   bool
-	patchedRV uint64
-	patchedAt time.Time // when the last write returned
-	rewrites  int       // writes after another writer's
-	// quick counts the replacements in a row that came within rewriteCalm
-	// of cri-guard's write: those, not all, are answered more and more slowly
-	quick     int
-	settled   bool // nothing more to write: the pod was terminal before it, or is gone
+	patched    bool
+	patchedRV  uint64
+	reportedAt time.Time // when the first write returned
+	reasserts  int       // writes after another writer's
+	// settled: nothing more to write (the pod was terminal before it, is
+	// gone, or the kubelet's values are left as they are)
+	settled   bool
 	eventMade bool
 }
 
@@ -162,9 +189,9 @@ func (c *Client) forget(uid string) {
 
 // watched is told of every pod the informer adds or updates: a report
 // whose status is written and no longer holds (the kubelet's status
-// manager wrote its own over it: a restart resyncs every pod's status) is
-// written again, at any time while the pod exists; a report waiting for
-// its pod to reach the cache is woken.
+// manager wrote its own over it) is written again, within the bound
+// (reassertMax in reassertWindow); past it the pod's status is left to
+// the kubelet. A report waiting for its pod to reach the cache is woken.
 func (c *Client) watched(p *corev1.Pod) {
 	c.mu.Lock()
 	r, ok := c.reports[string(p.UID)]
@@ -184,23 +211,18 @@ func (c *Client) watched(p *corev1.Pod) {
 		c.mu.Unlock()
 		return
 	}
-	r.rewrites++
-	// a writer that replaces it as soon as it is written is answered more
-	// and more slowly; one that let it hold for a while (the kubelet's
-	// periodic status sync) at once
-	if c.now().Sub(r.patchedAt) < c.rewriteCalm {
-		r.quick++
-	} else {
-		r.quick = 0
-	}
-	delay := time.Duration(0)
-	if r.quick > 3 {
-		delay = c.backoff(r.quick - 3)
-	}
-	r.pending, r.next = true, c.now().Add(delay)
 	f := r.fields()
 	f["phase"], f["reason"], f["message"] = p.Status.Phase, p.Status.Reason, p.Status.Message
-	f["rewrites"], f["quick"] = r.rewrites, r.quick
+	f["reasserts"], f["after"] = r.reasserts, c.now().Sub(r.reportedAt).Round(time.Second)
+	if r.reasserts >= reassertMax || c.now().Sub(r.reportedAt) >= reassertWindow {
+		r.settled = true
+		c.mu.Unlock()
+		f["bound"] = fmt.Sprintf("%d in %s", reassertMax, reassertWindow)
+		c.log.WithFields(f).Info("reported pod status replaced again: the kubelet's values are left as they are")
+		return
+	}
+	r.reasserts++
+	r.pending, r.next = true, c.now()
 	c.mu.Unlock()
 	c.log.WithFields(f).Info("reported pod status replaced by another writer: writing it again")
 	c.poke()
@@ -219,9 +241,11 @@ func holds(p *corev1.Pod, r *report) bool {
 	if st.Phase != corev1.PodFailed || st.Reason != r.reason || st.Message != r.statusMessage() {
 		return false
 	}
-	if r.kind == kindReject {
-		return true
-	}
+	return r.kind == kindReject || disruptionTargetHolds(st, r)
+}
+
+// disruptionTargetHolds says whether st has the eviction's DisruptionTarget.
+func disruptionTargetHolds(st *corev1.PodStatus, r *report) bool {
 	dt := disruptionTarget(st)
 	return dt != nil && dt.Status == corev1.ConditionTrue && dt.Reason == corev1.PodReasonTerminationByKubelet && dt.Message == r.message
 }
@@ -235,9 +259,10 @@ func disruptionTarget(st *corev1.PodStatus) *corev1.PodCondition {
 	return nil
 }
 
-// writeReport makes one due report from the cached pod: the event first
-// (it is what `kubectl get events` and `describe` show), then the status,
-// and records the outcome (writer goroutine).
+// writeReport makes one due report from the cached pod: the status
+// first, then, once it is written, the event (queued to the broadcaster:
+// a refused or failing event write never holds the status back), and
+// records the outcome (writer goroutine).
 func (c *Client) writeReport(ctx context.Context, r *report) {
 	p, ok := byUID(c.pods, r.uid)
 	if !ok {
@@ -265,21 +290,31 @@ func (c *Client) writeReport(ctx context.Context, r *report) {
 		c.log.WithFields(r.fields()).WithField("phase", p.Status.Phase).Info("pod terminal before its report: not reported")
 		return
 	}
-	err := c.makeEvent(ctx, p, r)
-	var out *corev1.Pod
-	if err == nil {
-		out, err = c.patchStatus(ctx, p, r)
+	out, err := c.patchStatus(ctx, p, r, patched)
+	if err == nil && !r.eventMade {
+		r.eventMade = c.event(out, r)
 	}
+	c.wrote(r, out, err)
+	if q, ok := byUID(c.pods, r.uid); ok && err == nil && resourceVersion(q) > resourceVersion(out) {
+		// a version newer than the write, which the watch brought while
+		// it was in flight (watched leaves a pending report alone)
+		c.watched(q)
+	}
+}
+
+// wrote records the outcome of a report's write.
+func (c *Client) wrote(r *report, out *corev1.Pod, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case err == nil:
 		if !r.patched {
+			r.reportedAt = c.now()
 			c.log.WithFields(r.fields()).WithField("after", c.now().Sub(r.since).Round(time.Millisecond)).
 				Info("pod status reported to the API server")
 		}
 		r.pending, r.patched, r.tries = false, true, 0
-		r.patchedRV, r.patchedAt = resourceVersion(out), c.now()
+		r.patchedRV = resourceVersion(out)
 		c.note(r.kind.op(), nil)
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// not found, or another pod of that name (the UID precondition)
@@ -296,40 +331,24 @@ func (c *Client) writeReport(ctx context.Context, r *report) {
 	}
 }
 
-// makeEvent makes the report's event unless it is made (writer goroutine).
-func (c *Client) makeEvent(ctx context.Context, p *corev1.Pod, r *report) error {
-	if r.eventMade {
-		return nil
-	}
-	now := metav1.NewTime(c.now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", p.Name, now.UnixNano()), Namespace: p.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID,
-			APIVersion: "v1", ResourceVersion: p.ResourceVersion},
-		Reason: r.reason, Message: r.message, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: eventComponent, Host: c.node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: eventComponent, ReportingInstance: c.node,
-	}
-	err := c.srv.createEvent(ctx, ev)
-	c.mu.Lock()
-	c.note(opEvent, err)
-	c.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("create event: %w", err)
-	}
-	r.eventMade = true
-	return nil
-}
-
 // patchStatus writes the fields of the pod's status that cri-guard owns, a
 // strategic merge patch on the status subresource with the pod's UID as a
 // precondition (as the kubelet's status manager patches): the other fields
-// and conditions stay as their writers left them. p is the cached pod: a
+// and conditions stay as their writers left them. The first write has
+// them all; a write again only those the cached pod p lacks. A
 // DisruptionTarget that is True already keeps its transition time.
-func (c *Client) patchStatus(ctx context.Context, p *corev1.Pod, r *report) (*corev1.Pod, error) {
-	st := map[string]any{"phase": corev1.PodFailed, "reason": r.reason, "message": r.statusMessage()}
-	if r.kind == kindEvict {
+func (c *Client) patchStatus(ctx context.Context, p *corev1.Pod, r *report, again bool) (*corev1.Pod, error) {
+	st := map[string]any{}
+	if !again || p.Status.Phase != corev1.PodFailed {
+		st["phase"] = corev1.PodFailed
+	}
+	if !again || p.Status.Reason != r.reason {
+		st["reason"] = r.reason
+	}
+	if !again || p.Status.Message != r.statusMessage() {
+		st["message"] = r.statusMessage()
+	}
+	if r.kind == kindEvict && (!again || !disruptionTargetHolds(&p.Status, r)) {
 		cond := map[string]any{"type": corev1.DisruptionTarget, "status": corev1.ConditionTrue,
 			"reason": corev1.PodReasonTerminationByKubelet, "message": r.message}
 		if dt := disruptionTarget(&p.Status); dt == nil || dt.Status != corev1.ConditionTrue {

@@ -12,15 +12,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 )
 
 // Client is cri-guard's connection to the API server: a cache of the pods
 // bound to this node, and the reports of cri-guard's decisions (pod
 // statuses, events, the node condition). Nothing in it blocks its callers:
 // lookups read the cache, reports are written by its own goroutine, retried
-// until they succeed or the pod is gone, and written again whenever the
-// watch shows that another writer (the kubelet's status manager) replaced
-// what cri-guard owns.
+// until they succeed or the pod is gone, and written again, a few times,
+// when the watch shows that another writer (the kubelet's status manager)
+// replaced what cri-guard owns; events go through client-go's broadcaster.
 type Client struct {
 	node string
 	srv  server
@@ -37,10 +38,8 @@ type Client struct {
 	// restart they all fail and retry together)
 	rand func() float64
 	// goneAfter: how long a report waits for its pod to reach the cache;
-	// heartbeat: how often the node condition is written unchanged;
-	// rewriteCalm: a replacement of a report that held this long is
-	// written again at once (report.go)
-	goneAfter, heartbeat, rewriteCalm time.Duration
+	// heartbeat: how often the node condition is written unchanged
+	goneAfter, heartbeat time.Duration
 
 	viewMu sync.RWMutex
 	views  map[string]podView // by pod UID, derived once per informer change
@@ -56,6 +55,10 @@ type Client struct {
 	// counts those left to the kubelet's back-off (report.go)
 	rejections rejectLimiter
 	unreported int
+	// recorder queues events to the broadcaster while Run runs (events.go);
+	// eventsFailing: the last event write failed
+	recorder      record.EventRecorder
+	eventsFailing bool
 }
 
 // New connects to the API server described by cfg (nothing is sent until
@@ -101,7 +104,7 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 		retry = 500 * time.Millisecond
 	}
 	c := &Client{node: node, srv: srv, log: newLogEntry(log), obs: obs, retry: retry, now: time.Now, rand: rand.Float64,
-		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat, rewriteCalm: defaultRewriteCalm,
+		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat,
 		views: map[string]podView{}, reports: map[string]*report{}, wake: make(chan struct{}, 1)}
 	c.nodes = newNodeInformer(srv.nodeListWatch(node))
 	// any change of the Node may call for a write: a taint someone
@@ -144,8 +147,10 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 func (c *Client) NodeName() string { return c.node }
 
 // Run watches the pods and writes the reports until ctx ends; then it
-// takes the node taint off (a clean stop), within a few seconds.
+// stops its event broadcaster and takes the node taint off (a clean
+// stop), within a few seconds.
 func (c *Client) Run(ctx context.Context) {
+	events := c.startEvents(ctx)
 	go c.pods.RunWithContext(ctx)
 	go c.nodes.RunWithContext(ctx)
 	go func() {
@@ -156,6 +161,7 @@ func (c *Client) Run(ctx context.Context) {
 		}
 	}()
 	c.writer(ctx)
+	c.stopEvents(events)
 	c.removeTaint()
 }
 
