@@ -76,6 +76,13 @@ const eventComponent = "cri-guard"
 // reassertWindow of the report; past that the kubelet's values are left as
 // they are, said once in the log. The pod stays Failed, with its
 // DisruptionTarget and cri-guard's event.
+//
+// A kubelet that starts (KubeletStarted) arms the bound again, from then:
+// its status manager starts from an empty cache and its first syncs of the
+// pod take reason and message from the API, so a write that lands before
+// them, or right after one of them has regressed the pod while the pod's
+// worker is still syncing it, is what its cache keeps from then on. One
+// kubelet start costs at most reassertMax writes per reported pod.
 const (
 	reassertMax    = 3
 	reassertWindow = 10 * time.Minute
@@ -111,10 +118,13 @@ type report struct {
 	patched    bool
 	patchedRV  uint64
 	reportedAt time.Time // when the first write returned
-	reasserts  int       // writes after another writer's
+	armedAt    time.Time // when the bound's window started: the report, or the kubelet's last start
+	reasserts  int       // writes after another writer's since armedAt
 	// settled: nothing more to write (the pod was terminal before it, is
-	// gone, or the kubelet's values are left as they are)
+	// gone, or the kubelet's values are left as they are: leftAlone, the
+	// one a kubelet's start undoes)
 	settled   bool
+	leftAlone bool
 	eventMade bool
 }
 
@@ -214,8 +224,8 @@ func (c *Client) watched(p *corev1.Pod) {
 	f := r.fields()
 	f["phase"], f["reason"], f["message"] = p.Status.Phase, p.Status.Reason, p.Status.Message
 	f["reasserts"], f["after"] = r.reasserts, c.now().Sub(r.reportedAt).Round(time.Second)
-	if r.reasserts >= reassertMax || c.now().Sub(r.reportedAt) >= reassertWindow {
-		r.settled = true
+	if r.reasserts >= reassertMax || c.now().Sub(r.armedAt) >= reassertWindow {
+		r.settled, r.leftAlone = true, true
 		c.mu.Unlock()
 		f["bound"] = fmt.Sprintf("%d in %s", reassertMax, reassertWindow)
 		c.log.WithFields(f).Info("reported pod status replaced again: the kubelet's values are left as they are")
@@ -226,6 +236,43 @@ func (c *Client) watched(p *corev1.Pod) {
 	c.mu.Unlock()
 	c.log.WithFields(f).Info("reported pod status replaced by another writer: writing it again")
 	c.poke()
+}
+
+// KubeletStarted tells the client that a kubelet process has started on
+// the node (cmd sees a new kubelet process connect to the CRI socket, which
+// it does before it syncs any pod). Every written report gets its bound
+// again (reassertMax writes within reassertWindow from now), those left to
+// the kubelet included; one whose cached pod lacks its fields is written
+// again at once, so that the new kubelet's first sync of the pod reads
+// cri-guard's values from the API. It never blocks.
+func (c *Client) KubeletStarted() {
+	c.mu.Lock()
+	armed, due := 0, 0
+	for _, r := range c.reports {
+		if !r.patched || (r.settled && !r.leftAlone) {
+			continue // not written yet, or nothing to keep (gone, terminal before)
+		}
+		r.settled, r.leftAlone = false, false
+		r.reasserts, r.armedAt = 0, c.now()
+		armed++
+		if r.pending {
+			continue
+		}
+		if p, ok := byUID(c.pods, r.uid); ok && !holds(p, r) {
+			r.reasserts++
+			r.pending, r.next = true, c.now()
+			due++
+		}
+	}
+	c.mu.Unlock()
+	if armed == 0 {
+		return
+	}
+	c.log.WithFields(logrus.Fields{"reports": armed, "written_again": due, "bound": fmt.Sprintf("%d in %s", reassertMax, reassertWindow)}).
+		Info("kubelet started: reported pod statuses are kept again within the bound")
+	if due > 0 {
+		c.poke()
+	}
 }
 
 // resourceVersion is the pod's resourceVersion as a number (etcd's
@@ -309,7 +356,7 @@ func (c *Client) wrote(r *report, out *corev1.Pod, err error) {
 	switch {
 	case err == nil:
 		if !r.patched {
-			r.reportedAt = c.now()
+			r.reportedAt, r.armedAt = c.now(), c.now()
 			c.log.WithFields(r.fields()).WithField("after", c.now().Sub(r.since).Round(time.Millisecond)).
 				Info("pod status reported to the API server")
 		}
