@@ -112,6 +112,9 @@ type peerListener struct {
 	peerOf               func(net.Conn) (peerID, error)
 	log                  *logrus.Entry
 	now                  func() time.Time
+	// processConnected, if set, is told a root process's first connection
+	// (Config.ProcessConnected)
+	processConnected func(pid int32)
 
 	mu      sync.Mutex
 	total   int
@@ -145,6 +148,9 @@ func (l *peerListener) Accept() (net.Conn, error) {
 			_ = victim.Conn.Close()
 		}
 		if why == admitted {
+			if pc.firstOfProcess && l.processConnected != nil {
+				l.processConnected(p.pid)
+			}
 			return pc, nil
 		}
 		_ = c.Close()
@@ -180,7 +186,7 @@ func (l *peerListener) admit(c net.Conn, p peerID) (pc *peerConn, victim *peerCo
 		}
 		return nil, nil, why
 	}
-	pc = &peerConn{Conn: c, l: l, peer: p}
+	pc = &peerConn{Conn: c, l: l, peer: p, firstOfProcess: held == 0 && p.pid != 0 && !p.unknown}
 	l.peers[p] = append(l.peers[p], pc)
 	l.total++
 	if victim != nil {
@@ -240,6 +246,8 @@ type peerConn struct {
 	l        *peerListener
 	peer     peerID
 	released bool // guarded by l.mu
+	// firstOfProcess: a root process's connection made while it held none
+	firstOfProcess bool
 }
 
 func (c *peerConn) Close() error {

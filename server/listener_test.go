@@ -3,6 +3,8 @@ package server
 import (
 	"net"
 	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,5 +129,68 @@ func TestPeerOfUnixConn(t *testing.T) {
 	}
 	if _, err := peerOf(&net.TCPConn{}); err == nil {
 		t.Error("peer of a TCP connection: no error")
+	}
+}
+
+// TestProcessConnected: a root process is announced at its first
+// connection, not at the others it opens while it holds one, and again
+// once it has held none (a restarted kubelet's new process has a new pid;
+// cmd tells the kubelet's processes apart by pid).
+func TestProcessConnected(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("a process is told apart by its pid only when it runs as root")
+	}
+	raw, err := net.Listen("unix", shortDir(t)+"/p.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newPeerListener(raw, 16, 8, logrus.NewEntry(logrus.New()))
+	var mu sync.Mutex
+	var seen []int32
+	l.processConnected = func(pid int32) { mu.Lock(); seen = append(seen, pid); mu.Unlock() }
+	defer l.Close()
+	accepted := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	connect := func(n int) []net.Conn {
+		var cs []net.Conn
+		for range n {
+			c, err := net.DialTimeout("unix", raw.Addr().String(), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close() // the client's end; the server's is what counts
+			cs = append(cs, <-accepted)
+		}
+		return cs
+	}
+	announced := func() []int32 { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
+	me := int32(os.Getpid())
+	first := connect(3)
+	if got := announced(); !slices.Equal(got, []int32{me}) {
+		t.Fatalf("after 3 connections of one process: announced %v, want [%d]", got, me)
+	}
+	for _, c := range first[:2] {
+		c.Close()
+	}
+	again := connect(1) // it still holds one
+	if got := announced(); len(got) != 1 {
+		t.Fatalf("a connection of a process holding one: announced %v, want [%d]", got, me)
+	}
+	first[2].Close()
+	again[0].Close()
+	if total, _ := l.held(peerID{pid: me}); total != 0 {
+		t.Fatalf("%d connections held, want 0", total)
+	}
+	connect(1)
+	if got := announced(); !slices.Equal(got, []int32{me, me}) {
+		t.Fatalf("a connection of a process holding none again: announced %v, want [%d %d]", got, me, me)
 	}
 }

@@ -94,6 +94,12 @@ type Config struct {
 	// subscription (runtimeproxy.EventHub) instead of one runtime stream per
 	// call (see events.go).
 	SubscribeEvents func(ctx context.Context) EventSubscription
+	// ProcessConnected, when set, is told the pid of a root process (the
+	// kubelet runs as root) that connects while it holds no connection:
+	// once per process, again only after all its connections were closed.
+	// It is called on the accept path, once per connection so announced,
+	// never per call: it must return at once.
+	ProcessConnected func(pid int32)
 }
 
 // Backend is what the server needs from the runtime connection
@@ -197,7 +203,9 @@ func (s *Server) Listen() error {
 		return err
 	}
 	s.mu.Lock()
-	s.lis = newPeerListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerPeer, s.log)
+	pl := newPeerListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerPeer, s.log)
+	pl.processConnected = s.cfg.ProcessConnected
+	s.lis = pl
 	s.mu.Unlock()
 	return nil
 }
