@@ -131,6 +131,10 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if m != nil {
 		scfg.Observer = m
 	}
+	if kc != nil {
+		ks := &kubeletStarts{procRoot: "/proc", started: kc.KubeletStarted, log: logger.WithField("component", "kube")}
+		scfg.ProcessConnected = ks.connected
+	}
 	srv, err := server.New(scfg, rt, hooks, logger.WithField("component", "server"))
 	if err != nil {
 		return err

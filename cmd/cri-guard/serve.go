@@ -133,6 +133,14 @@ func (k *lateKube) Evicted(p *pod.Pod, message string) {
 	k.log.WithFields(logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID}).Warn("eviction not reported: no API connection yet")
 }
 
+// KubeletStarted is kube.Client.KubeletStarted; before the connection
+// there is no report to keep.
+func (k *lateKube) KubeletStarted() {
+	if c := k.c.Load(); c != nil {
+		c.KubeletStarted()
+	}
+}
+
 // SetNodePressure is kube.Client.SetNodePressure; before the connection
 // the last value is kept and written once connected.
 func (k *lateKube) SetNodePressure(p kube.NodePressure) {
