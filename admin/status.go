@@ -94,9 +94,6 @@ type API struct {
 	Pending   int       `json:"pending"`
 	LastError string    `json:"lastError,omitempty"`
 	LastOK    time.Time `json:"lastOK,omitzero"`
-	// Taint is cri-guard's node taint: off, not set, set (effect), or
-	// unavailable: why (the identity may not patch the Node).
-	Taint string `json:"taint,omitempty"`
 	// Unreported counts refusals not reported Failed, each owner's
 	// rejections being over their bound (left to the kubelet's back-off).
 	Unreported int `json:"unreported,omitempty"`

@@ -104,30 +104,11 @@ type Kubernetes struct {
 	// NodeName is this node's name; empty: from the kubeconfig's client
 	// certificate (system:node:<name>), else the host name.
 	NodeName string `json:"nodeName"`
-	// Taint is cri-guard's node taint while it sees memory pressure.
-	Taint Taint `json:"taint"`
 	// NodeStatusHeartbeat is how often the node condition
 	// CriGuardMemoryPressure is written while it does not change (with up
 	// to a fifth more at random); a change is written at once. Default
 	// 5m, the kubelet's node status report period; at least 10s.
 	NodeStatusHeartbeat Duration `json:"nodeStatusHeartbeat"`
-}
-
-// Taint configures cri-guard's node taint: while cri-guard sees memory
-// pressure (the transition period included) the node carries the taint
-// cri-guard.io/memory-pressure (kube.TaintKey) with Effect, so that the
-// scheduler stops sending it pods that would be refused. A node may not
-// change its own taints (NodeRestriction): the identity must be allowed to
-// patch Nodes (contrib/rbac.yaml).
-type Taint struct {
-	// Enabled turns the taint on (it needs kubernetes.kubeconfig).
-	Enabled bool `json:"enabled"`
-	// Effect is the taint's effect: NoSchedule (default), PreferNoSchedule
-	// or NoExecute.
-	Effect string `json:"effect"`
-	// Kubeconfig is the identity that may patch Nodes; empty:
-	// kubernetes.kubeconfig.
-	Kubeconfig string `json:"kubeconfig"`
 }
 
 // The defaults that other code needs on its own (the status command's
@@ -146,7 +127,6 @@ const (
 	DefaultPSITrigger     = "some 50000 1000000"
 	DefaultMetricsAddress = "127.0.0.1:9713"
 	DefaultAdminSocket    = "/run/cri-guard/admin.sock"
-	DefaultTaintEffect    = "NoSchedule"
 	// DefaultNodeStatusHeartbeat is the kubelet's nodeStatusReportFrequency.
 	DefaultNodeStatusHeartbeat = 5 * time.Minute
 	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
@@ -178,8 +158,7 @@ func Default() Config {
 		MetricsAddress:                   DefaultMetricsAddress,
 		AdminSocket:                      DefaultAdminSocket,
 		Log:                              Log{Level: "info", Format: "text"},
-		Kubernetes: Kubernetes{Taint: Taint{Effect: DefaultTaintEffect},
-			NodeStatusHeartbeat: Duration{DefaultNodeStatusHeartbeat}},
+		Kubernetes:                       Kubernetes{NodeStatusHeartbeat: Duration{DefaultNodeStatusHeartbeat}},
 	}
 }
 
@@ -190,12 +169,35 @@ func Default() Config {
 // downgrade does not leave the node without a runtime.
 var ErrUnknownField = errors.New("unknown field")
 
+// removedKeys are the settings of earlier releases that are gone, each
+// with what took its place. A file that still sets one is loaded without
+// it and with a warning saying so, by the daemon and by check-config
+// alike: it asks for nothing this release can do, and refusing it would
+// leave the node without a runtime after an upgrade.
+var removedKeys = map[string]string{
+	// the taint needed an identity on every node that could patch every
+	// Node (NodeRestriction forbids a node its own taints)
+	"kubernetes.taint": "the node taint cri-guard.io/memory-pressure is set by the taint controller, " +
+		"cri-guard-controller (kubectl apply -f contrib/controller/; docs/taint-controller.md), " +
+		"from the CriGuardMemoryPressure condition; remove the key, and the taint's ServiceAccount and kubeconfig from the nodes",
+}
+
+// errRemovedField is the problem of a key in removedKeys: a warning, never
+// an error.
+var errRemovedField = errors.New("removed")
+
 // Load reads the YAML file at path over the defaults and validates the result.
 // A missing key keeps its default; an unknown key, a key given twice or a
-// bad value is an error.
+// bad value is an error; a removed key is left out.
 func Load(path string) (Config, error) {
 	cfg, _, err := load(path, false)
 	return cfg, err
+}
+
+// Check is Load with its warnings (a removed key, an empty file), for
+// check-config to print.
+func Check(path string) (Config, []string, error) {
+	return load(path, false)
 }
 
 // LoadLenient is Load for the daemon: unknown keys are left out and
@@ -236,17 +238,18 @@ func parse(b []byte, lenient bool) (Config, []string, error) {
 		if !errors.As(err, &errs) {
 			return Config{}, nil, err // not YAML at all
 		}
-		if lenient {
-			var rest Errors
-			for _, e := range errs {
-				if errors.Is(e, ErrUnknownField) {
-					warnings = append(warnings, e.Error()+": ignored")
-				} else {
-					rest = append(rest, e)
-				}
+		var rest Errors
+		for _, e := range errs {
+			switch {
+			case errors.Is(e, errRemovedField):
+				warnings = append(warnings, e.Error()+": ignored")
+			case lenient && errors.Is(e, ErrUnknownField):
+				warnings = append(warnings, e.Error()+": ignored")
+			default:
+				rest = append(rest, e)
 			}
-			errs = rest
 		}
+		errs = rest
 		if len(errs) > 0 {
 			// Report the fields that did decode too: every problem at once.
 			if verr, ok := cfg.Validate().(Errors); ok {
@@ -303,19 +306,6 @@ func (c Config) Validate() error {
 	}
 	if c.Kubernetes.Kubeconfig != "" && !strings.HasPrefix(c.Kubernetes.Kubeconfig, "/") {
 		add("kubernetes.kubeconfig", "must be an absolute path, got %q", c.Kubernetes.Kubeconfig)
-	}
-	if t := c.Kubernetes.Taint; t.Enabled || t.Kubeconfig != "" {
-		if t.Enabled && c.Kubernetes.Kubeconfig == "" {
-			add("kubernetes.taint.enabled", "needs kubernetes.kubeconfig")
-		}
-		if t.Kubeconfig != "" && !strings.HasPrefix(t.Kubeconfig, "/") {
-			add("kubernetes.taint.kubeconfig", "must be an absolute path, got %q", t.Kubeconfig)
-		}
-	}
-	switch c.Kubernetes.Taint.Effect {
-	case "NoSchedule", "PreferNoSchedule", "NoExecute":
-	default:
-		add("kubernetes.taint.effect", "must be NoSchedule, PreferNoSchedule or NoExecute, got %q", c.Kubernetes.Taint.Effect)
 	}
 	if c.Kubernetes.NodeStatusHeartbeat.Duration < 10*time.Second {
 		add("kubernetes.nodeStatusHeartbeat", "must be at least 10s, got %v", c.Kubernetes.NodeStatusHeartbeat.Duration)

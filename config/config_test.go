@@ -48,16 +48,6 @@ log: {level: debug, format: json}
 				t.Fatalf("thresholds = %v, %v; want 5", ts, err)
 			}
 		}},
-		{name: "taint off by default, NoSchedule", yaml: "", check: func(t *testing.T, c Config) {
-			if c.Kubernetes.Taint.Enabled || c.Kubernetes.Taint.Effect != "NoSchedule" {
-				t.Fatalf("taint = %+v", c.Kubernetes.Taint)
-			}
-		}},
-		{name: "taint", yaml: "kubernetes: {kubeconfig: /k, taint: {enabled: true, effect: PreferNoSchedule, kubeconfig: /t}}\n", check: func(t *testing.T, c Config) {
-			if tt := c.Kubernetes.Taint; !tt.Enabled || tt.Effect != "PreferNoSchedule" || tt.Kubeconfig != "/t" {
-				t.Fatalf("taint = %+v", tt)
-			}
-		}},
 		{name: "node status heartbeat 5m by default", yaml: "", check: func(t *testing.T, c Config) {
 			if d := c.Kubernetes.NodeStatusHeartbeat.Duration; d != 5*time.Minute {
 				t.Fatalf("nodeStatusHeartbeat = %v, want 5m", d)
@@ -72,8 +62,6 @@ log: {level: debug, format: json}
 			wantErr: []string{"kubernetes.nodeStatusHeartbeat: must be at least 10s, got 5s"}},
 		{name: "node status heartbeat not a duration", yaml: "kubernetes: {nodeStatusHeartbeat: often}\n",
 			wantErr: []string{"nodeStatusHeartbeat"}},
-		{name: "bad taint", yaml: "kubernetes: {taint: {enabled: true, effect: Never, kubeconfig: t}}\n",
-			wantErr: []string{"kubernetes.taint.enabled: needs kubernetes.kubeconfig", "kubernetes.taint.effect: must be", "kubernetes.taint.kubeconfig: must be an absolute path"}},
 		// The kubelet's defaulting, which cri-guard's follows: cmd/kubelet/app/server.go
 		// loadConfigFile applies DefaultEvictionHard only when evictionHard
 		// is nil; pkg/kubelet/apis/config/v1beta1/defaults.go turns a zero
@@ -226,5 +214,44 @@ func TestLoadLenient(t *testing.T) {
 	cfg, warnings, err = LoadLenient(empty)
 	if err != nil || !reflect.DeepEqual(cfg, func() Config { c := Default(); c.applyKubeletDefaults(); return c }()) || len(warnings) != 1 || !strings.Contains(warnings[0], "empty") {
 		t.Errorf("LoadLenient of an empty file: %v, %q, want the defaults and a warning", err, warnings)
+	}
+}
+
+// TestRemovedTaintKey: a file that still sets kubernetes.taint (the node
+// taint set from the node, with an identity that could patch every Node)
+// loads without it, by the daemon and by check-config alike, with a
+// warning naming the controller that sets the taint now; the rest of the
+// file is read, and its other problems are still refused.
+func TestRemovedTaintKey(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	old := write("old.yaml", "kubernetes: {kubeconfig: /k, nodeStatusHeartbeat: 90s, taint: {enabled: true, effect: NoSchedule, kubeconfig: /t}}\n")
+	for _, load := range []struct {
+		name string
+		load func(string) (Config, []string, error)
+	}{{"LoadLenient", LoadLenient}, {"Check", Check}} {
+		cfg, warnings, err := load.load(old)
+		if err != nil {
+			t.Fatalf("%s: %v", load.name, err)
+		}
+		if cfg.Kubernetes.Kubeconfig != "/k" || cfg.Kubernetes.NodeStatusHeartbeat.Duration != 90*time.Second {
+			t.Errorf("%s: kubernetes = %+v, want the file's other keys", load.name, cfg.Kubernetes)
+		}
+		if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "kubernetes.taint: removed") || !strings.Contains(warnings[0], "cri-guard-controller") {
+			t.Errorf("%s: warnings %q, want one naming kubernetes.taint and cri-guard-controller", load.name, warnings)
+		}
+	}
+	if _, err := Load(old); err != nil {
+		t.Errorf("Load: %v, want the removed key left out", err)
+	}
+	bad := write("bad.yaml", "kubernetes: {taint: {enabled: true}, nodeStatusHeartbeat: 5s}\n")
+	if _, _, err := LoadLenient(bad); err == nil || !strings.Contains(err.Error(), "nodeStatusHeartbeat") || strings.Contains(err.Error(), "taint") {
+		t.Errorf("LoadLenient of a bad value beside the removed key: %v, want the bad value refused, the removed key not named", err)
 	}
 }

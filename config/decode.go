@@ -83,6 +83,10 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
 		if path != "" {
 			p = path + "." + k
 		}
+		if why, ok := removedKeys[p]; ok {
+			errs = append(errs, fmt.Errorf("%s: %w in this release: %s", p, errRemovedField, why))
+			continue
+		}
 		i, ok := fields[k]
 		if !ok {
 			errs = append(errs, fmt.Errorf("%s: %w", p, ErrUnknownField))

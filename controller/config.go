@@ -9,10 +9,10 @@ import (
 	"github.com/cri-guard/cri-guard/kube"
 )
 
-// TaintKey is the key of the taint the controller keeps; it is the
-// daemon's (kube.TaintKey), so that a taint the node itself set before is
-// taken over, not duplicated.
-const TaintKey = kube.TaintKey
+// TaintKey is the key of the taint the controller keeps. Releases of the
+// daemon that set the taint from the node used the same key, so that a
+// taint left by one is taken over, not duplicated.
+const TaintKey = "cri-guard.io/memory-pressure"
 
 // ConditionType is the node condition the taint follows.
 const ConditionType = kube.NodeConditionType

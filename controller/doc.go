@@ -20,7 +20,7 @@
 //   - its Prometheus series (cri_guard_controller_*) on a registry of its own.
 //
 // It reads Nodes through a shared informer only (list and watch, never a
-// GET per node). It imports kube for the taint key and the condition type
-// only; it must not import the daemon's packages (server, guard, evictor,
-// cmd): it runs in the cluster, not on the node.
+// GET per node). It imports kube for the condition type only; it must not
+// import the daemon's packages (server, guard, evictor, cmd): it runs in
+// the cluster, not on the node.
 package controller

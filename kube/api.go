@@ -32,12 +32,10 @@ type server interface {
 	createEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error)
 	updateEvent(ctx context.Context, ev *corev1.Event) (*corev1.Event, error)
 	patchEvent(ctx context.Context, namespace, name string, patch []byte) (*corev1.Event, error)
-	// getNode reads the node from etcd (only after a conflict: the
-	// client reads its Node from the cache).
-	getNode(ctx context.Context, name string) (*corev1.Node, error)
-	// patchNode patches the node (subresource "" or "status") and returns
-	// it as written.
-	patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) (*corev1.Node, error)
+	// patchNodeStatus patches the node's status subresource, the only
+	// write to a Node that NodeRestriction lets a node make of its own
+	// (its spec, taints included, is not its to change).
+	patchNodeStatus(ctx context.Context, name string, pt types.PatchType, patch []byte) (*corev1.Node, error)
 }
 
 // The deadlines of list and watch requests. A list of a node's pods may
@@ -219,25 +217,11 @@ func (s restServer) patchEvent(ctx context.Context, namespace, name string, patc
 	return &out, nil
 }
 
-func (s restServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
+func (s restServer) patchNodeStatus(ctx context.Context, name string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var n corev1.Node
-	if err := s.rc.Get().Resource("nodes").Name(name).Do(ctx).Into(&n); err != nil {
-		return nil, err
-	}
-	return &n, nil
-}
-
-func (s restServer) patchNode(ctx context.Context, name, subresource string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	req := s.rc.Patch(pt).Resource("nodes").Name(name)
-	if subresource != "" {
-		req = req.SubResource(subresource)
-	}
-	var n corev1.Node
-	if err := req.Body(patch).Do(ctx).Into(&n); err != nil {
+	if err := s.rc.Patch(pt).Resource("nodes").Name(name).SubResource("status").Body(patch).Do(ctx).Into(&n); err != nil {
 		return nil, err
 	}
 	return &n, nil

@@ -247,11 +247,6 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		f.mu.Unlock()
 		f.write(w, r, http.StatusOK, list)
-	case r.Method == http.MethodGet && len(parts) == 2 && parts[0] == "nodes":
-		f.mu.Lock()
-		n := f.node.DeepCopy()
-		f.mu.Unlock()
-		f.write(w, r, http.StatusOK, n)
 	case r.Method == http.MethodPatch && hang:
 		// the body read, the server sees the client go away
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -672,13 +667,13 @@ func TestProtobuf(t *testing.T) {
 	}
 }
 
-// TestNoPeriodicNodeGet: over many heartbeats, with the taint on, the Node
-// is never read: it comes from its watch.
+// TestNoPeriodicNodeGet: over many heartbeats the Node is never read: it
+// comes from its watch.
 func TestNoPeriodicNodeGet(t *testing.T) {
 	f := newFakeAPI(t)
 	now := time.Unix(5000, 0)
 	var mu sync.Mutex
-	c := f.start(Config{Taint: &TaintConfig{Effect: corev1.TaintEffectNoSchedule}}, func(c *Client) {
+	c := f.start(Config{}, func(c *Client) {
 		c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		c.rand = func() float64 { return 0.999 }
 	})
@@ -846,5 +841,50 @@ func TestEventBurstCorrelated(t *testing.T) {
 	if ev.InvolvedObject.Name != "web" || ev.Count != 25 || ev.Source.Component != "cri-guard" || ev.Source.Host != "node-1" ||
 		ev.ReportingController != "cri-guard" || ev.ReportingInstance != "node-1" || ev.Type != corev1.EventTypeWarning {
 		t.Fatalf("event %+v: want web's, count 25, cri-guard's on node-1", ev)
+	}
+}
+
+// TestNodeScopedRequests: every request the client makes is one the Node
+// authorizer and NodeRestriction grant a node's own credentials, with no
+// RBAC of cri-guard's: list and watch of the pods bound to it and of its
+// own Node (by field selector), patches of those pods' status and of its
+// own Node's status, and events. Nothing writes a Node's spec (its taints
+// are the taint controller's), nor reads another node's objects.
+func TestNodeScopedRequests(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"), apiPod("db", "u2"))
+	c := f.start(Config{})
+	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
+	c.Rejected(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, "Evicted", "The node had condition: [MemoryPressure]. ")
+	c.Evicted(&pod.Pod{UID: "u2", Name: "db", Namespace: "default"}, evictMsg)
+	waitFor(t, "every write made", func() bool {
+		f.mu.Lock()
+		events := len(f.events)
+		f.mu.Unlock()
+		return events == 2 && c.State().Pending == 0
+	})
+	c.SetNodePressure(NodePressure{})
+	waitFor(t, "the calm written", func() bool { return c.State().Pending == 0 })
+	allowed := func(r apiRequest) bool {
+		switch {
+		case r.method == http.MethodGet && r.path == "/api/v1/pods":
+			return r.query.Get("fieldSelector") == "spec.nodeName=node-1"
+		case r.method == http.MethodGet && r.path == "/api/v1/nodes":
+			return r.query.Get("fieldSelector") == "metadata.name=node-1"
+		case r.method == http.MethodPatch:
+			return r.path == "/api/v1/nodes/node-1/status" ||
+				r.path == "/api/v1/namespaces/default/pods/web/status" || r.path == "/api/v1/namespaces/default/pods/db/status"
+		case r.method == http.MethodPost:
+			return r.path == "/api/v1/namespaces/default/events"
+		}
+		return false
+	}
+	reqs := f.requests(func(apiRequest) bool { return true })
+	for _, r := range reqs {
+		if !allowed(r) {
+			t.Errorf("%s %s?%s: not a request a node's own credentials are granted", r.method, r.path, r.query.Encode())
+		}
+	}
+	if n := len(f.requests(func(r apiRequest) bool { return r.path == "/api/v1/nodes/node-1/status" })); n < 2 {
+		t.Fatalf("%d node status patches in %d requests, want the pressure and the calm", n, len(reqs))
 	}
 }

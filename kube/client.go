@@ -38,10 +38,6 @@ type Config struct {
 	// changes (with up to a fifth more, at random); 0: 5 min, the
 	// kubelet's own node status report period. At least 10 s.
 	Heartbeat time.Duration
-	// Taint, when not nil, puts cri-guard's taint (TaintKey) on the node
-	// while it sees memory pressure.
-	Taint *TaintConfig
-
 	// relistWait replaces the random wait before a relist (tests).
 	relistWait func(context.Context) error
 }

@@ -1,14 +1,17 @@
 // Package kube is cri-guard's optional connection to the API server, with
 // the node's own credentials (the kubelet's kubeconfig: the Node authorizer
 // and NodeRestriction let a node read the pods bound to it, update their
-// status, create events and update its own Node status).
+// status, create events and update its own Node status). It needs nothing
+// more, and must not: an identity on the node that may write other Nodes,
+// or a Node's spec, is one that root on any node can use against every
+// node. The taint that follows the condition is set by the cluster's taint
+// controller (package controller), not from here.
 //
 // It owns the cache of the pods bound to this node (by UID, the key CRI
 // carries) and what is derived from them (APIOf); the reports of
 // cri-guard's decisions as the kubelet makes them (a refused pod's status as
 // rejectPod writes it, an evicted pod's as evictPod does, an Event each);
-// the node condition CriGuardMemoryPressure; the optional node taint
-// TaintKey (Config.Taint); and the bound on the rejections reported per
+// the node condition CriGuardMemoryPressure; and the bound on the rejections reported per
 // owner.
 //
 // Its rules:

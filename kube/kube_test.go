@@ -36,18 +36,6 @@ type fakeServer struct {
 	// failPatches, failEvents, failNodePatches: how many of the next pod
 	// status patches, event creations, node patches fail with 500
 	failPatches, failEvents, failNodePatches int
-	// forbidTaint: node patches (not status) are forbidden, as
-	// NodeRestriction forbids a node its own taints
-	forbidTaint bool
-	// nodeGets counts the client's reads of the Node (the tests' own
-	// reads go to the clientset directly)
-	nodeGets int
-}
-
-func (f *fakeServer) gets() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.nodeGets
 }
 
 var _ server = (*fakeServer)(nil)
@@ -136,28 +124,11 @@ func (f *fakeServer) patchEvent(ctx context.Context, ns, name string, patch []by
 	return f.cs.CoreV1().Events(ns).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 }
 
-func (f *fakeServer) getNode(ctx context.Context, name string) (*corev1.Node, error) {
-	f.mu.Lock()
-	f.nodeGets++
-	f.mu.Unlock()
-	return f.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-}
-
-func (f *fakeServer) patchNode(ctx context.Context, name, sub string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
+func (f *fakeServer) patchNodeStatus(ctx context.Context, name string, pt types.PatchType, patch []byte) (*corev1.Node, error) {
 	if err := f.fail(&f.failNodePatches); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	forbid := f.forbidTaint && sub == ""
-	f.mu.Unlock()
-	if forbid {
-		return nil, apierrors.NewForbidden(corev1.Resource("nodes"), name, context.Canceled)
-	}
-	var subs []string
-	if sub != "" {
-		subs = append(subs, sub)
-	}
-	return f.cs.CoreV1().Nodes().Patch(ctx, name, pt, patch, metav1.PatchOptions{}, subs...)
+	return f.cs.CoreV1().Nodes().Patch(ctx, name, pt, patch, metav1.PatchOptions{}, "status")
 }
 
 // newFake starts a client on node-1 over a fake clientset holding objs,
@@ -641,126 +612,12 @@ func TestNodeCondition(t *testing.T) {
 	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 5002 || cd.LastHeartbeatTime.Unix() != 5302 {
 		t.Fatalf("condition %+v: want the heartbeat moved, not the transition", cd)
 	}
-	// the status it started from came from the Node's cache, not a read
-	if n := f.gets(); n != 0 {
-		t.Fatalf("%d node GETs, want none", n)
-	}
 	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(n.Status.Conditions) != 2 || n.Status.Conditions[0].Type != corev1.NodeMemoryPressure || n.Status.Conditions[0].Reason != "KubeletHasSufficientMemory" {
 		t.Fatalf("node conditions %+v: the kubelet's must be untouched", n.Status.Conditions)
-	}
-}
-
-// newTaintFake starts a client with the taint on (NoSchedule) over a fake
-// clientset holding node; clock steps its time.
-func newTaintFake(t *testing.T, node *corev1.Node) (*fakeServer, *Client, func(time.Duration), context.CancelFunc, chan struct{}) {
-	t.Helper()
-	f := &fakeServer{cs: fake.NewClientset(node)}
-	now := time.Unix(5000, 0)
-	var mu sync.Mutex
-	c := newClient(f, "node-1", 10*time.Millisecond, nil, nil)
-	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	c.ts.srv, c.ts.effect = f, corev1.TaintEffectNoSchedule
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { c.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	step := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock(); c.poke() }
-	return f, c, step, cancel, done
-}
-
-func taints(t *testing.T, f *fakeServer) []corev1.Taint {
-	t.Helper()
-	n, err := f.cs.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n.Spec.Taints
-}
-
-func hasTaint(ts []corev1.Taint) bool {
-	return slices.ContainsFunc(ts, func(t corev1.Taint) bool { return t.Key == TaintKey && t.Effect == corev1.TaintEffectNoSchedule })
-}
-
-// TestTaint: set while cri-guard sees pressure, other taints kept, removed
-// when it ends, and on a clean stop; at start nothing is done before the
-// first evaluation, which confirms or removes a taint left by a crash.
-func TestTaint(t *testing.T) {
-	other := corev1.Taint{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, {Key: TaintKey, Effect: corev1.TaintEffectNoSchedule}}}} // left by a crash
-	f, c, step, cancel, done := newTaintFake(t, node)
-	time.Sleep(50 * time.Millisecond)
-	if !hasTaint(taints(t, f)) || f.count("patch", "nodes", "") != 0 {
-		t.Fatal("the taint changed before the first evaluation")
-	}
-	c.SetNodePressure(NodePressure{}) // the first evaluation: calm
-	waitFor(t, "the crash's taint removed", func() bool { return !hasTaint(taints(t, f)) })
-	if ts := taints(t, f); len(ts) != 1 || ts[0] != other {
-		t.Fatalf("taints %+v: want the other kept", ts)
-	}
-	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
-	waitFor(t, "tainted, in status too", func() bool { return hasTaint(taints(t, f)) && c.State().Taint == "set (NoSchedule)" })
-	// someone removes it while the pressure lasts: back as soon as the
-	// watch shows it, the clock standing still
-	patches := f.count("patch", "nodes", "")
-	if _, err := f.cs.CoreV1().Nodes().Patch(context.Background(), "node-1", types.MergePatchType, []byte(`{"spec":{"taints":[]}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "tainted again", func() bool { return hasTaint(taints(t, f)) && f.count("patch", "nodes", "") > patches+1 })
-	// nothing more while nothing changes, however long: no periodic read
-	// or write of the Node
-	settled(t, c)
-	patches = f.count("patch", "nodes", "")
-	for range 3 {
-		step(defaultHeartbeat)
-		settled(t, c)
-	}
-	if n := f.count("patch", "nodes", ""); n != patches {
-		t.Fatalf("%d taint patches while nothing changed", n-patches)
-	}
-	if n := f.gets(); n != 0 {
-		t.Fatalf("%d node GETs, want none: the Node comes from its cache", n)
-	}
-	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // still pressure
-	c.SetNodePressure(NodePressure{})
-	waitFor(t, "untainted when the pressure ends", func() bool { return !hasTaint(taints(t, f)) })
-	c.SetNodePressure(NodePressure{MemoryPressure: true})
-	waitFor(t, "tainted", func() bool { return hasTaint(taints(t, f)) })
-	cancel()
-	<-done
-	if hasTaint(taints(t, f)) {
-		t.Fatal("taint left after a clean stop")
-	}
-}
-
-// TestTaintForbidden: an identity that may not patch the Node (the node's
-// own: NodeRestriction) makes the taint unavailable, said in status and
-// once in the log, and not tried again; the condition is still written.
-func TestTaintForbidden(t *testing.T) {
-	f, c, _, _, _ := newTaintFake(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
-	f.forbidTaint = true
-	var buf strings.Builder
-	var mu sync.Mutex
-	l := logrus.New()
-	l.SetOutput(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }))
-	c.log = logrus.NewEntry(l)
-	c.SetNodePressure(NodePressure{MemoryPressure: true})
-	waitFor(t, "unavailable", func() bool { return strings.HasPrefix(c.State().Taint, "unavailable: ") })
-	c.SetNodePressure(NodePressure{})
-	c.SetNodePressure(NodePressure{MemoryPressure: true})
-	waitFor(t, "the condition written", func() bool { return f.count("patch", "nodes", "status") >= 1 })
-	settled(t, c)
-	mu.Lock()
-	defer mu.Unlock()
-	if n := strings.Count(buf.String(), "node taint unavailable"); n != 1 {
-		t.Fatalf("logged %d times, want once:\n%s", n, buf.String())
-	}
-	if n := f.count("patch", "nodes", ""); n != 0 {
-		t.Fatalf("%d taint patches got through", n)
 	}
 }
 

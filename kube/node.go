@@ -189,7 +189,7 @@ func (c *Client) writeCondition(ctx context.Context, p NodePressure, was corev1.
 	if err != nil {
 		return err
 	}
-	if _, err := c.srv.patchNode(ctx, c.node, "status", types.StrategicMergePatchType, patch); err != nil {
+	if _, err := c.srv.patchNodeStatus(ctx, c.node, types.StrategicMergePatchType, patch); err != nil {
 		return fmt.Errorf("patch node %q status: %w", c.node, err)
 	}
 	return nil

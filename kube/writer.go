@@ -26,8 +26,8 @@ type Client struct {
 	node string
 	srv  server
 	pods cache.SharedIndexInformer
-	// nodes caches this node's Node alone: the taint and the condition are
-	// decided from it, never from a periodic read
+	// nodes caches this node's Node alone: the condition is decided from
+	// it, never from a periodic read
 	nodes cache.SharedIndexInformer
 	log   *logrus.Entry
 	obs   Observer
@@ -49,8 +49,7 @@ type Client struct {
 	lastErr error
 	lastOK  time.Time
 	wake    chan struct{}
-	ns      nodeState  // the node condition (node.go)
-	ts      taintState // the node taint (taint.go)
+	ns      nodeState // the node condition (node.go)
 	// rejections bounds the rejections reported per owner; unreported
 	// counts those left to the kubelet's back-off (report.go)
 	rejections rejectLimiter
@@ -80,22 +79,6 @@ func New(cfg Config, log *logrus.Entry, obs Observer) (*Client, error) {
 	if cfg.Heartbeat > 0 {
 		c.heartbeat = cfg.Heartbeat
 	}
-	if t := cfg.Taint; t != nil {
-		c.ts.srv, c.ts.effect = c.srv, t.Effect
-		if t.Kubeconfig != "" && t.Kubeconfig != cfg.Kubeconfig {
-			tcfg := cfg
-			tcfg.Kubeconfig, tcfg.NodeName = t.Kubeconfig, node
-			trc, _, err := restConfig(tcfg)
-			if err != nil {
-				return nil, fmt.Errorf("kubernetes: taint: %w", err)
-			}
-			tc, err := rest.RESTClientFor(trc)
-			if err != nil {
-				return nil, fmt.Errorf("kubernetes: taint client: %w", err)
-			}
-			c.ts.srv = restServer{rc: tc, timeout: timeout}
-		}
-	}
 	return c, nil
 }
 
@@ -107,8 +90,8 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 		goneAfter: defaultGoneAfter, heartbeat: defaultHeartbeat,
 		views: map[string]podView{}, reports: map[string]*report{}, wake: make(chan struct{}, 1)}
 	c.nodes = newNodeInformer(srv.nodeListWatch(node))
-	// any change of the Node may call for a write: a taint someone
-	// removed, the first read of the condition
+	// any change of the Node may call for a write: the first read of the
+	// condition, a condition someone else replaced
 	_, _ = c.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.poke() },
 		UpdateFunc: func(any, any) { c.poke() },
@@ -147,8 +130,7 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 func (c *Client) NodeName() string { return c.node }
 
 // Run watches the pods and writes the reports until ctx ends; then it
-// stops its event broadcaster and takes the node taint off (a clean
-// stop), within a few seconds.
+// stops its event broadcaster, within a few seconds.
 func (c *Client) Run(ctx context.Context) {
 	events := c.startEvents(ctx)
 	go c.pods.RunWithContext(ctx)
@@ -162,7 +144,6 @@ func (c *Client) Run(ctx context.Context) {
 	}()
 	c.writer(ctx)
 	c.stopEvents(events)
-	c.removeTaint()
 }
 
 func (c *Client) poke() {
@@ -179,9 +160,6 @@ type State struct {
 	Pending   int       `json:"pending"`
 	LastError string    `json:"lastError,omitempty"`
 	LastOK    time.Time `json:"lastOK,omitzero"`
-	// Taint is the node taint's state: off, not set, set (effect), or
-	// unavailable: why.
-	Taint string `json:"taint"`
 	// Unreported counts the refusals not reported Failed, their owner's
 	// rejections being over the bound.
 	Unreported int `json:"unreported,omitempty"`
@@ -191,7 +169,7 @@ type State struct {
 func (c *Client) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK, Taint: c.taintStatus(),
+	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK,
 		Unreported: c.unreported}
 	for _, r := range c.reports {
 		if r.pending {
@@ -247,7 +225,7 @@ func (c *Client) writeDue(ctx context.Context) time.Duration {
 		}
 		c.writeReport(ctx, r)
 	}
-	wait := min(c.writeNode(ctx), c.writeTaint(ctx))
+	wait := c.writeNode(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.reports {

@@ -150,8 +150,8 @@ func TestHumanBytes(t *testing.T) {
 // TestCheckConfigKubeconfig: a kubeconfig the config names that exists and
 // does not load fails the check (the daemon would only retry it forever);
 // one not written yet (a joining node's) passes with a warning, since the
-// daemon serves CRI-only until it appears. An empty file passes with a
-// warning.
+// daemon serves CRI-only until it appears. An empty file, and one that
+// sets the removed kubernetes.taint, pass with a warning.
 func TestCheckConfigKubeconfig(t *testing.T) {
 	dir := t.TempDir()
 	broken := writeFile(t, filepath.Join(dir, "broken.conf"), "clusters: [not, a, kubeconfig\n")
@@ -163,7 +163,9 @@ func TestCheckConfigKubeconfig(t *testing.T) {
 	}{
 		{"missing kubeconfig warns", "kubernetes: {kubeconfig: " + filepath.Join(dir, "later.conf") + "}\n", 0, "does not exist yet"},
 		{"broken kubeconfig fails", "kubernetes: {kubeconfig: " + broken + "}\n", 1, "kubernetes.kubeconfig:"},
-		{"broken taint kubeconfig fails", "kubernetes: {kubeconfig: " + good + ", taint: {enabled: true, kubeconfig: " + broken + "}}\n", 1, "kubernetes.taint.kubeconfig:"},
+		// the node-side taint's key, gone: its kubeconfig is not read
+		{"removed taint key warns, naming the controller", "kubernetes: {kubeconfig: " + good + ", taint: {enabled: true, kubeconfig: " + broken + "}}\n", 0,
+			"warning: kubernetes.taint: removed in this release: the node taint cri-guard.io/memory-pressure is set by the taint controller, cri-guard-controller"},
 		{"good kubeconfig", "kubernetes: {kubeconfig: " + good + "}\n", 0, ""},
 		{"empty file warns", "\n", 0, "the file is empty"},
 	}
@@ -177,6 +179,9 @@ func TestCheckConfigKubeconfig(t *testing.T) {
 			}
 			if tt.wantErr == "" && stderr.Len() > 0 || !strings.Contains(stderr.String(), tt.wantErr) {
 				t.Errorf("stderr %q, want %q", stderr.String(), tt.wantErr)
+			}
+			if strings.Contains(stdout.String(), "taint") {
+				t.Errorf("effective config:\n%s\nwant no taint setting", stdout.String())
 			}
 		})
 	}

@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 
 	"github.com/cri-guard/cri-guard/config"
 )
@@ -173,35 +170,4 @@ func unitSection(unit, section string) map[string][]string {
 		}
 	}
 	return out
-}
-
-// TestContribRBAC: the taint's RBAC manifest is YAML of the objects the
-// docs name (behaviour.md, "The node taint"), its ClusterRole allowing get and patch on nodes, bound to
-// the ServiceAccount.
-func TestContribRBAC(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(contribDir, "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]map[string]any{}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var obj map[string]any
-		if err := yaml.UnmarshalStrict([]byte(doc), &obj); err != nil {
-			t.Fatalf("rbac.yaml: %v", err)
-		}
-		kinds[obj["kind"].(string)] = obj
-	}
-	for _, k := range []string{"ServiceAccount", "Secret", "ClusterRole", "ClusterRoleBinding"} {
-		if kinds[k] == nil {
-			t.Errorf("rbac.yaml has no %s", k)
-		}
-	}
-	rule := kinds["ClusterRole"]["rules"].([]any)[0].(map[string]any)
-	if fmt.Sprint(rule["resources"], rule["verbs"]) != "[nodes] [get patch]" {
-		t.Errorf("ClusterRole rule %v: want get and patch on nodes", rule)
-	}
-	subj := kinds["ClusterRoleBinding"]["subjects"].([]any)[0].(map[string]any)
-	if subj["kind"] != "ServiceAccount" || subj["name"] != "cri-guard-taint" {
-		t.Errorf("binding subject %v", subj)
-	}
 }

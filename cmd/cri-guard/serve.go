@@ -9,7 +9,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-guard/cri-guard/admin"
 	"github.com/cri-guard/cri-guard/config"
@@ -36,9 +35,6 @@ func newKube(cfg config.Config, logger *logrus.Logger, m *metrics.Metrics) (*kub
 	}
 	kcfg := kube.Config{Kubeconfig: cfg.Kubernetes.Kubeconfig, NodeName: cfg.Kubernetes.NodeName,
 		Heartbeat: cfg.Kubernetes.NodeStatusHeartbeat.Duration}
-	if t := cfg.Kubernetes.Taint; t.Enabled {
-		kcfg.Taint = &kube.TaintConfig{Effect: corev1.TaintEffect(t.Effect), Kubeconfig: t.Kubeconfig}
-	}
 	kc, err := kube.New(kcfg, logger.WithField("component", "kube"), obs)
 	if err != nil {
 		return nil, err
@@ -213,7 +209,7 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 			}
 			st := c.State()
 			return admin.API{Node: st.Node, Synced: st.Synced, Pending: st.Pending, LastError: st.LastError, LastOK: st.LastOK,
-				Taint: st.Taint, Unreported: st.Unreported}
+				Unreported: st.Unreported}
 		}
 	}
 	log := logger.WithField("component", "admin")

@@ -92,9 +92,6 @@ func printStatus(out io.Writer, st admin.Status) error {
 			api = "not synced yet"
 		}
 		fmt.Fprintf(w, "api server:\tnode %s\t%s\t%d pending\n", a.Node, api, a.Pending)
-		if a.Taint != "" {
-			fmt.Fprintf(w, "node taint:\t%s\n", a.Taint)
-		}
 		if a.Unreported > 0 {
 			fmt.Fprintf(w, "unreported:\t%d refusals left to the kubelet's back-off (their owner's rejections over the bound)\n", a.Unreported)
 		}
