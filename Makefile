@@ -11,6 +11,11 @@
 #   make run     scripts/rt.sh up, then cri-guard in the foreground on
 #                $(RUN_SOCKET) in front of that containerd
 #   make rt-up / rt-down   the harness alone
+#   make controller-image   bin/cri-guard-controller.tar, the taint controller's
+#                image (OCI archive, docker.io/library/cri-guard-controller:dev, the
+#                name contrib/controller/ uses; CONTROLLER_IMAGE=... for another):
+#                ctr -n k8s.io images import it, or push it with
+#                CONTROLLER_PUSH=host:port (plain HTTP)
 #   make cluster-up / cluster-down / cluster-test   the one-node cluster alone
 #   make vm-up / vm-down / guest-test   the UML guest (cgroup v2, systemd, containerd
 #                2.x, the kubelet, cri-guard from its .deb) alone; make test runs
@@ -44,7 +49,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: compat monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat controller-image monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -57,6 +62,14 @@ BUILD_FLAGS ?= -tags $(BUILD_TAGS) -trimpath -ldflags '-s -w'
 
 build:
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/cri-guard ./cmd/cri-guard
+
+# The taint controller's image: its static binary alone (tools/mkimages
+# -controller), no base image to pull.
+CONTROLLER_IMAGE ?= docker.io/library/cri-guard-controller:dev
+CONTROLLER_PUSH ?=
+controller-image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/cri-guard-controller ./cmd/cri-guard-controller
+	$(GO) -C tools/mkimages run . -out $(CURDIR)/bin -controller $(CURDIR)/bin/cri-guard-controller -controller-name $(CONTROLLER_IMAGE) $(if $(CONTROLLER_PUSH),-push $(CONTROLLER_PUSH))
 
 # The Debian package (scripts/mkdeb.sh: binary, unit, conffile, the kubelet
 # drop-in as an opt-in file, maintainer scripts) into $(DEB_DIR).

@@ -11,9 +11,14 @@
 // helper, and critest's image-service test images. Output is deterministic
 // (mtime 0, fixed order), so digests are stable from run to run.
 //
+// With -controller it builds the taint controller's image alone
+// (OUT/cri-guard-controller.tar, named docker.io/library/cri-guard-controller:dev
+// by default, the name contrib/controller/ uses): `make controller-image`.
+//
 // Usage:
 //
 //	mkimages -out DIR -pause BIN -busybox BIN -nnp BIN -fakenginx BIN [-push HOST:PORT]
+//	mkimages -out DIR -controller BIN [-controller-name NAME] [-push HOST:PORT]
 //
 // It imports no other package of this module.
 package main

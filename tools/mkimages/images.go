@@ -171,3 +171,28 @@ func catalog(in inputs) ([]image, error) {
 	}
 	return out, nil
 }
+
+// defaultControllerName is the image contrib/controller/03-deployment.yaml
+// names (cri-guard-controller:dev), as containerd resolves it.
+const defaultControllerName = "docker.io/library/cri-guard-controller:dev"
+
+// controllerUser is the uid and gid the controller runs as, the
+// Deployment's runAsUser (distroless's nonroot): no passwd entry needed.
+const controllerUser = "65532:65532"
+
+// controllerImage is the taint controller's image: its static binary
+// alone, as the entrypoint, run as controllerUser. Nothing else is in it
+// (no shell, no CA bundle: the in-cluster config brings the API server's).
+func controllerImage(bin, name string) ([]image, error) {
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", bin, err)
+	}
+	l := newLayer()
+	l.file("/cri-guard-controller", b, 0o755)
+	img, err := newImage(v1.Config{Entrypoint: []string{"/cri-guard-controller"}, User: controllerUser}, l)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", name, err)
+	}
+	return []image{{file: "cri-guard-controller", names: []string{name}, img: img}}, nil
+}

@@ -27,20 +27,34 @@ func run(args []string) error {
 	fs.StringVar(&in.busybox, "busybox", "", "Debian's dynamic busybox binary")
 	fs.StringVar(&in.nnp, "nnp", "", "static binary printing its effective uid (installed setuid root)")
 	fs.StringVar(&in.fakenginx, "fakenginx", "", "static web server standing in for nginx/httpd")
+	controllerBin := fs.String("controller", "", "static cri-guard-controller binary: build its image alone, instead of the harness's")
+	controllerName := fs.String("controller-name", defaultControllerName, "the controller image's name")
 	push := fs.String("push", "", "registry host:port (plain HTTP) to push every image name to")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *out == "" || in.pause == "" || in.busybox == "" || in.nnp == "" || in.fakenginx == "" {
+	var images []image
+	var err error
+	switch {
+	case *out == "":
 		fs.Usage()
-		return fmt.Errorf("-out, -pause, -busybox, -nnp and -fakenginx are required")
+		return fmt.Errorf("-out is required")
+	case *controllerBin != "":
+		if in != (inputs{}) {
+			return fmt.Errorf("-controller builds the controller image alone: drop -pause, -busybox, -nnp and -fakenginx")
+		}
+		images, err = controllerImage(*controllerBin, *controllerName)
+	case in.pause == "" || in.busybox == "" || in.nnp == "" || in.fakenginx == "":
+		fs.Usage()
+		return fmt.Errorf("-pause, -busybox, -nnp and -fakenginx are required (or -controller)")
+	default:
+		images, err = catalog(in)
+	}
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("create %q: %w", *out, err)
-	}
-	images, err := catalog(in)
-	if err != nil {
-		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -304,3 +304,46 @@ func TestSplitRef(t *testing.T) {
 		})
 	}
 }
+
+// TestControllerImage: -controller builds the controller's image alone,
+// under the name the shipped Deployment uses: its binary as the
+// entrypoint, run as the Deployment's non-root uid, nothing else in it;
+// mixing it with the harness's inputs is refused.
+func TestControllerImage(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "cri-guard-controller")
+	if err := os.WriteFile(bin, []byte("controller binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := run([]string{"-out", out, "-controller", bin}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "cri-guard-controller.tar")); err != nil {
+		t.Fatal(err)
+	}
+	images, err := controllerImage(bin, defaultControllerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(images) != 1 || len(images[0].names) != 1 || images[0].names[0] != "docker.io/library/cri-guard-controller:dev" {
+		t.Fatalf("images %+v: want the one controller image", images)
+	}
+	cf, err := images[0].img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := cf.Config.Entrypoint; len(ep) != 1 || ep[0] != "/cri-guard-controller" || cf.Config.User != "65532:65532" {
+		t.Errorf("config %+v: want /cri-guard-controller run as 65532:65532", cf.Config)
+	}
+	layers, err := images[0].img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %d, %v: want one", len(layers), err)
+	}
+	got := layerEntries(t, layers[0])
+	if e := got["cri-guard-controller"]; e.body != "controller binary" || e.mode != 0o755 || len(got) != 1 {
+		t.Errorf("layer entries %+v: want the binary alone, mode 0755", got)
+	}
+	if err := run([]string{"-out", out, "-controller", bin, "-pause", bin}); err == nil || !strings.Contains(err.Error(), "alone") {
+		t.Errorf("-controller with -pause: %v, want refused", err)
+	}
+}
