@@ -40,8 +40,8 @@ import (
 //     credentials;
 //   - notaint: this checkout, the kubelet's credentials only (no taint):
 //     the rejections reported are bounded per owner;
-//   - taint: this checkout with the node taint (contrib/rbac.yaml's
-//     ServiceAccount).
+//   - taint: this checkout with the taint controller of contrib/controller/
+//     running in the cluster (deployController).
 //
 // Only what the taint promises is asserted, for the taint variant: no
 // replacement created during the pressure ends Failed, each waits Pending
@@ -90,11 +90,10 @@ func TestClusterStorm(t *testing.T) {
 			if k == "base" && v.bin == "" {
 				t.Skip("base: CRI_GUARD_STORM_BASE names no binary (git worktree add /tmp/cg-base <older commit> && make -C /tmp/cg-base build)")
 			}
-			taintKC := ""
+			c.startAPIGuard(t, orig, v.bin)
 			if v.taint {
-				taintKC = c.taintKubeconfig(t)
+				c.deployController(t)
 			}
-			c.startAPIGuard(t, orig, v.bin, taintKC)
 			rows = append(rows, c.storm(t, v, pressure))
 		})
 	}
@@ -143,17 +142,13 @@ type stormRow struct {
 }
 
 // startAPIGuard restarts the cluster's cri-guard connected to the API
-// server (config-api.yaml as cluster.sh wrote it, orig), with the node
-// taint when taintKubeconfig is set, from bin when set.
-func (c *cluster) startAPIGuard(t *testing.T, orig []byte, bin, taintKubeconfig string) {
+// server (config-api.yaml as cluster.sh wrote it, orig), from bin when set.
+func (c *cluster) startAPIGuard(t *testing.T, orig []byte, bin string) {
 	t.Helper()
 	s := strings.TrimRight(string(orig), "\n")
 	i := strings.LastIndex(s, "\n") + 1
 	if !strings.HasPrefix(s[i:], "kubernetes: {") || !strings.HasSuffix(s, "}") {
 		t.Fatalf("config-api.yaml does not end with the kubernetes line:\n%s", s)
-	}
-	if taintKubeconfig != "" {
-		s = s[:len(s)-1] + fmt.Sprintf(", taint: {enabled: true, kubeconfig: %s}}", taintKubeconfig)
 	}
 	harness.WriteAtomic(t, filepath.Join(c.dir, "cri-guard", "config-api.yaml"), s+"\n")
 	c.script(t, false, "kill-cri-guard")
@@ -238,7 +233,7 @@ func (c *cluster) storm(t *testing.T, v stormVariant, pressure time.Duration) st
 	row.created = len(during)
 	row.writesPressure = c.apiWrites(t).minus(w0)
 	if st := c.guardStatusJSON(t); st.API != nil {
-		if st.API.Taint != "" { // a field of the new code only
+		if v.bin == "" { // a field of this checkout's status only
 			row.unreported = strconv.Itoa(st.API.Unreported)
 		}
 	}
