@@ -88,7 +88,7 @@ func New() *Metrics {
 		}, []string{"op", "result"}),
 		apiWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "api_writes_total",
-			Help: "Writes to the API server (reject, evict: pod status; event; node-condition; node-taint) by result (ok, error, gone: the pod was gone).",
+			Help: "Writes to the API server (reject, evict: pod status; event; node-condition) by result (ok, error, gone: the pod was gone).",
 		}, []string{"op", "result"}),
 	}
 	m.reg.MustRegister(m.criDuration, m.criErrors, m.admissions, m.evictions, m.dryRun,

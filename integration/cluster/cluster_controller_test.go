@@ -55,8 +55,9 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build cri-guard-controller: %v\n%s", err, out)
 	}
-	mk := exec.Command("go", "run", "./tools/mkimages", "-out", dir, "-controller", bin, "-controller-name", controllerImageRef, "-push", controllerRegistry)
-	mk.Dir = root
+	// tools/mkimages is a module of its own
+	mk := exec.Command("go", "run", ".", "-out", dir, "-controller", bin, "-controller-name", controllerImageRef, "-push", controllerRegistry)
+	mk.Dir = filepath.Join(root, "tools", "mkimages")
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("mkimages -controller: %v\n%s", err, out)
 	}
