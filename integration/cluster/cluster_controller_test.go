@@ -157,19 +157,64 @@ func (c *cluster) controllerReplicas(t *testing.T, n int) []controllerReplica {
 			if err != nil {
 				continue
 			}
-			for _, l := range strings.Split(logs, "\n") {
-				var e struct {
-					Msg      string `json:"msg"`
-					Identity string `json:"identity"`
-					Metrics  string `json:"metrics_address"`
-				}
-				if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "cri-guard-controller started" {
-					out = append(out, controllerReplica{pod: p.Metadata.Name, identity: e.Identity, metrics: e.Metrics})
-				}
-			}
+			out = append(out, startedReplicas(p.Metadata.Name, logs)...)
 		}
 		return len(out) == n, fmt.Sprintf("started %+v; pods %q", out, seen)
 	})
+	return out
+}
+
+// follower is the replica of two that is not leading.
+func follower(replicas []controllerReplica, leader controllerReplica) controllerReplica {
+	for _, r := range replicas {
+		if r != leader {
+			return r
+		}
+	}
+	return controllerReplica{}
+}
+
+// controllerReplicaOf waits for the running controller pod whose start
+// logged identity, and returns it.
+func (c *cluster) controllerReplicaOf(t *testing.T, identity string) controllerReplica {
+	t.Helper()
+	var found controllerReplica
+	c.waitFor(t, "the controller pod of "+identity, time.Minute, func() (bool, string) {
+		var seen []string
+		for _, p := range c.pods(t, "kube-system", "app.kubernetes.io/name=cri-guard-controller") {
+			logs, err := c.kubectl("", "-n", "kube-system", "logs", p.Metadata.Name)
+			if err != nil {
+				seen = append(seen, p.Metadata.Name+": "+err.Error())
+				continue
+			}
+			for _, r := range startedReplicas(p.Metadata.Name, logs) {
+				seen = append(seen, r.identity)
+				if r.identity == identity {
+					found = r
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("started %q", seen)
+	})
+	return found
+}
+
+// startedReplicas is the replica a pod's log says started (its json
+// "cri-guard-controller started" line: none yet, or one per container
+// start).
+func startedReplicas(pod, logs string) []controllerReplica {
+	var out []controllerReplica
+	for _, l := range strings.Split(logs, "\n") {
+		var e struct {
+			Msg      string `json:"msg"`
+			Identity string `json:"identity"`
+			Metrics  string `json:"metrics_address"`
+		}
+		if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "cri-guard-controller started" {
+			out = append(out, controllerReplica{pod: pod, identity: e.Identity, metrics: e.Metrics})
+		}
+	}
 	return out
 }
 
@@ -310,10 +355,11 @@ func (c *cluster) episode(t *testing.T, w *nodeWatch, during func()) (on, off ti
 //     leading replica taints the Node; a BestEffort pod created then waits
 //     Pending (FailedScheduling for the taint), never Failed; the pressure
 //     over, the taint goes and the pod runs;
-//   - the leader's pod deleted: the other replica takes the Lease, and
-//     reconciles the next episode (its own applied counter moves);
+//   - the leader's pod deleted: another replica (the follower, or the pod
+//     that replaces the deleted one) takes the Lease, and reconciles the
+//     next episodes (its own applied counter moves);
 //   - the node's identity may not taint another Node, nor its own (server
-//     side dry runs, through NodeRestriction);
+//     side dry runs of the write itself, refused by NodeRestriction);
 //   - the condition-to-taint latency over the episodes is logged, not
 //     asserted.
 func TestClusterController(t *testing.T) {
@@ -381,30 +427,33 @@ func TestClusterController(t *testing.T) {
 	ons, offs = append(ons, on), append(offs, off)
 	c.waitRunning(t, ns, 2*time.Minute, "waiter")
 
-	// The leader's pod goes; the other replica takes the Lease.
-	var follower controllerReplica
-	for _, r := range replicas {
-		if r != leader {
-			follower = r
-		}
-	}
-	_, page, _ := controllerGet(follower, "/metrics")
-	appliedBefore := metricValue(page, "cri_guard_controller_taints_applied_total")
+	// The leader's pod goes; another replica takes the Lease: the one
+	// that was following, or the pod the Deployment starts in its place
+	// (it campaigns as soon as it starts, the follower every retry
+	// period: either may win), and reconciles the next episodes.
 	deleted := time.Now()
 	c.must(t, "-n", "kube-system", "delete", "pod", leader.pod, "--wait=false")
-	c.waitFor(t, "the Lease taken by the other replica", 2*time.Minute, func() (bool, string) {
-		h := c.leaseHolder(t)
-		return h == follower.identity, "holder " + h
+	var next string
+	c.waitFor(t, "the Lease taken by another replica", 2*time.Minute, func() (bool, string) {
+		next = c.leaseHolder(t)
+		return next != "" && next != leader.identity, "holder " + next
 	})
-	t.Logf("leader pod deleted to the Lease held by %s: %.1fs", follower.pod, time.Since(deleted).Seconds())
+	failover := time.Since(deleted)
+	newLeader := c.controllerReplicaOf(t, next)
+	t.Logf("leader pod deleted to the Lease held by %s (the follower: %v): %.1fs", newLeader.pod, newLeader.identity == follower(replicas, leader).identity, failover.Seconds())
+	_, page, err := controllerGet(newLeader, "/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", newLeader.pod, err)
+	}
+	appliedBefore := metricValue(page, "cri_guard_controller_taints_applied_total")
 	for range 4 {
 		on, off := c.episode(t, w, nil)
 		ons, offs = append(ons, on), append(offs, off)
 	}
-	_, page, err := controllerGet(follower, "/metrics")
+	_, page, err = controllerGet(newLeader, "/metrics")
 	if err != nil || metricValue(page, "cri_guard_controller_leader") != "1" || metricValue(page, "cri_guard_controller_taints_applied_total") == appliedBefore {
 		t.Errorf("new leader %s: leader %q, taints applied %q (before %q), %v: want it leading and tainting",
-			follower.pod, metricValue(page, "cri_guard_controller_leader"), metricValue(page, "cri_guard_controller_taints_applied_total"), appliedBefore, err)
+			newLeader.pod, metricValue(page, "cri_guard_controller_leader"), metricValue(page, "cri_guard_controller_taints_applied_total"), appliedBefore, err)
 	}
 
 	// The node's own identity (cri-guard's: the kubelet's credentials).
@@ -412,17 +461,35 @@ func TestClusterController(t *testing.T) {
 	c.apply(t, fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata: {name: %s}\nspec:\n  unschedulable: true\n", other))
 	t.Cleanup(func() { _, _ = c.kubectl("", "delete", "node", other, "--ignore-not-found") })
 	asNode := []string{"--as", "system:node:" + clusterNode, "--as-group", "system:nodes"}
-	// The Node authorizer answers yes to a node's patch of any Node and
+	// The Node authorizer answers yes to a node's write of any Node and
 	// leaves the name to NodeRestriction, which `auth can-i` (authorization
-	// only) does not run: the answer is logged, the writes are tried.
-	canI, err := c.kubectl("", append([]string{"auth", "can-i", "patch", "nodes/" + other}, asNode...)...)
-	t.Logf("kubectl auth can-i patch nodes/%s --as system:node:%s --as-group system:nodes: %s (%v)", other, clusterNode, strings.TrimSpace(canI), err)
-	taintPatch := `{"spec":{"taints":[{"key":"cri-guard.io/memory-pressure","effect":"NoSchedule"}]}}`
+	// only) does not run: the answer is logged, the writes are tried. They
+	// are PUTs of the Node as the admin reads it, the taint added: kubectl
+	// patch would GET the Node first, which the authorizer refuses for
+	// another node (a node reads only its own Node), so the write itself
+	// would never reach admission.
+	canI, err := c.kubectl("", append([]string{"auth", "can-i", "update", "nodes/" + other}, asNode...)...)
+	t.Logf("kubectl auth can-i update nodes/%s --as system:node:%s --as-group system:nodes: %s (%v)", other, clusterNode, strings.TrimSpace(canI), err)
 	for _, w := range []struct{ node, want string }{
 		{other, `is not allowed to modify node "` + other + `"`},
 		{clusterNode, "is not allowed to modify taints"},
 	} {
-		_, err := c.kubectl("", append([]string{"patch", "node", w.node, "--type=merge", "-p", taintPatch, "--dry-run=server"}, asNode...)...)
+		var node map[string]any
+		if err := json.Unmarshal([]byte(c.must(t, "get", "node", w.node, "-o", "json")), &node); err != nil {
+			t.Fatalf("node %s: %v", w.node, err)
+		}
+		spec, _ := node["spec"].(map[string]any)
+		if spec == nil {
+			spec = map[string]any{}
+			node["spec"] = spec
+		}
+		taints, _ := spec["taints"].([]any)
+		spec["taints"] = append(taints, map[string]any{"key": "cri-guard.io/memory-pressure", "effect": "NoSchedule"})
+		b, err := json.Marshal(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.kubectl(string(b), append([]string{"replace", "--raw", "/api/v1/nodes/" + w.node + "?dryRun=All", "-f", "-"}, asNode...)...)
 		if err == nil || !strings.Contains(err.Error(), w.want) {
 			t.Errorf("the taint on %s by the node's identity: %v, want refused with %q", w.node, err, w.want)
 		} else {
