@@ -648,8 +648,13 @@ func TestProtobuf(t *testing.T) {
 		t.Fatalf("Pod(u1) = %+v, %v: want it read from the protobuf answers", a, ok)
 	}
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
+	// the event is written after the status, by the broadcaster's own
+	// goroutine
 	waitFor(t, "reported", func() bool {
-		return len(f.requests(func(r apiRequest) bool { return r.method == http.MethodPatch })) > 0 && c.State().Pending == 0
+		f.mu.Lock()
+		events := len(f.events)
+		f.mu.Unlock()
+		return len(f.requests(func(r apiRequest) bool { return r.method == http.MethodPatch })) > 0 && c.State().Pending == 0 && events > 0
 	})
 	want := runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	for _, r := range f.requests(func(apiRequest) bool { return true }) {

@@ -329,6 +329,8 @@ func TestEvictedReport(t *testing.T) {
 	if n := len(f.statusPatches()); n != 1 {
 		t.Fatalf("%d status patches, want 1", n)
 	}
+	// the event follows the status, from the broadcaster's goroutine
+	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	evs := f.events(t)
 	if len(evs) != 1 {
 		t.Fatalf("%d events, want 1", len(evs))
@@ -435,6 +437,7 @@ func TestReportConvergesByWatching(t *testing.T) {
 	if n := len(f.statusPatches()); n != len(edits)+1 {
 		t.Fatalf("%d status patches, want %d", n, len(edits)+1)
 	}
+	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	if n := len(f.events(t)); n != 1 {
 		t.Fatalf("%d events, want 1", n)
 	}
@@ -456,6 +459,7 @@ func TestRejectedAgainIsWatched(t *testing.T) {
 		return st.Phase == corev1.PodFailed && st.Message == "Pod was rejected: m. "
 	})
 	settled(t, c)
+	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	if events, patches := len(f.events(t)), len(f.statusPatches()); events != 1 || patches != 2 {
 		t.Fatalf("events %d, status patches %d; want 1 and 2", events, patches)
 	}
