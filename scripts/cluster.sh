@@ -36,9 +36,9 @@ set -euo pipefail
 
 C=${CRI_GUARD_CLUSTER:-/tmp/cri-guard-cluster}
 RT=${CRI_GUARD_RT:-/tmp/cri-guard-rt}
-K8S=v1.36.3  # the newest 1.36 on the module proxy; one release for the cluster, the guest (scripts/vm.sh) and
+K8S=v1.37.2  # the newest 1.37 on the module proxy; one release for the cluster, the guest (scripts/vm.sh) and
              # tools/kubeletdiff. From 1.35 on the kubelet refuses cgroup v1 hosts unless failCgroupV1: false.
-ETCD=v3.6.16 # the newest 3.6 (Kubernetes 1.36 is tested against etcd 3.6)
+ETCD=v3.7.3  # the newest 3.7 (the etcd Kubernetes 1.37 is tested against)
 CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
 KBIN=$CACHE/kubernetes-$K8S/bin
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -288,7 +288,6 @@ fileCheckFrequency: 2s
 podLogsDir: $C/pod-logs
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}
 evictionPressureTransitionPeriod: 10s
-housekeepingInterval: 2s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 makeIPTablesUtilChains: false
