@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,7 +49,8 @@ const (
 	watchSlack     = time.Minute
 )
 
-// relistSpread bounds the wait before a relist. When an API server comes
+// relistSpread bounds the wait before a relist (and before a watch's
+// reopen after the server ended it early: see gate). When an API server comes
 // back after a restart its watch cache starts anew, every watch's resource
 // version is too old, and every node relists: without the wait all nodes
 // of a fleet do so in the same second the server is ready (measured: all
@@ -80,24 +82,59 @@ func spreadWait(ctx context.Context) error {
 	}
 }
 
-// relistGate holds back a reflector's lists after its first successful
-// one. A first list that failed is not waited for again: a fallback from
-// watch-list to a plain list at start is not delayed.
-type relistGate struct {
+// gate holds back a reflector's requests where a fleet would make them
+// together. A list (or a watch-list) after the reflector's first
+// successful one waits within relistSpread: it follows a 410, which an API
+// server's restart gives every node at once. A first list that failed is
+// not waited for again: a fallback from watch-list to a plain list at
+// start is not delayed.
+//
+// A plain watch waits too when the one before it was ended by the server
+// well before the timeout the reflector asked for (earlyEnd of it): the
+// server went away (a restart, a load balancer or a peer reset), and
+// every node's watch ended in the same second. Without the wait they all
+// reopen in the second the server is back (measured on a real API server
+// restart: every node's pod and Node watch within one second). Each open
+// after such an end waits until one is answered, so retries against a
+// server still down keep spreading; an ended watch that lasted its time
+// (the server's timeout, 5 to 10 min) is reopened at once.
+type gate struct {
 	listed atomic.Bool
+	early  atomic.Bool
 	wait   func(context.Context) error
 }
 
-func (g *relistGate) before(ctx context.Context) error {
-	if !g.listed.Load() {
+// earlyEnd is the share of its asked timeout below which a watch's end is
+// the server's going away rather than its timeout.
+const earlyEnd = 0.9
+
+func (g *gate) beforeList(ctx context.Context) error {
+	if !g.listed.Load() && !g.early.Load() {
 		return nil
 	}
 	return g.wait(ctx)
 }
 
-func (g *relistGate) done(err error) {
+func (g *gate) listDone(err error) {
 	if err == nil {
 		g.listed.Store(true)
+		g.early.Store(false)
+	}
+}
+
+func (g *gate) beforeWatch(ctx context.Context) error {
+	if !g.early.Load() {
+		return nil
+	}
+	return g.wait(ctx)
+}
+
+func (g *gate) watchOpened() { g.early.Store(false) }
+
+// watchEnded notes a watch's end after lasted of the asked timeout.
+func (g *gate) watchEnded(lasted, asked time.Duration) {
+	if float64(lasted) < earlyEnd*float64(asked) {
+		g.early.Store(true)
 	}
 }
 
@@ -113,32 +150,32 @@ func (s restServer) nodeListWatch(node string) cache.ListerWatcher {
 
 // listWatch lists and watches resource (all namespaces) with a field
 // selector, as cache.NewListWatchFromClient does, with deadlines of the
-// request's own rather than the HTTP client's.
-// A list (or a watch-list, a watch asking for the initial events) after
-// the reflector's first one waits within relistSpread first.
+// request's own rather than the HTTP client's, through a gate.
 func (s restServer) listWatch(resource string, sel fields.Selector) cache.ListerWatcher {
-	g := &relistGate{wait: s.relistWait}
+	g := &gate{wait: s.relistWait}
 	if g.wait == nil {
 		g.wait = spreadWait
 	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			if err := g.before(ctx); err != nil {
+			if err := g.beforeList(ctx); err != nil {
 				return nil, err
 			}
 			o.FieldSelector = sel.String()
 			ctx, cancel := context.WithTimeout(ctx, max(s.timeout, minListTimeout))
 			defer cancel()
 			obj, err := s.rc.Get().Resource(resource).VersionedParams(&o, params).Do(ctx).Get()
-			g.done(err)
+			g.listDone(err)
 			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			initial := o.SendInitialEvents != nil && *o.SendInitialEvents
+			wait := g.beforeWatch
 			if initial {
-				if err := g.before(ctx); err != nil {
-					return nil, err
-				}
+				wait = g.beforeList
+			}
+			if err := wait(ctx); err != nil {
+				return nil, err
 			}
 			o.FieldSelector, o.Watch = sel.String(), true
 			d := 10 * time.Minute
@@ -153,23 +190,30 @@ func (s restServer) listWatch(resource string, sel fields.Selector) cache.Lister
 			}
 			if initial {
 				// a watch-list: the list is its initial events
-				g.done(nil)
+				g.listDone(nil)
 			}
-			return cancelOnStop{Interface: w, cancel: cancel}, nil
+			g.watchOpened()
+			start := time.Now()
+			return &endedWatch{Interface: w, stop: func() {
+				cancel()
+				g.watchEnded(time.Since(start), d)
+			}}, nil
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, s.rc)
 }
 
-// cancelOnStop is a watch whose request context ends with it.
-type cancelOnStop struct {
+// endedWatch is a watch whose request context ends with it, and whose
+// end is told to the gate once.
+type endedWatch struct {
 	watch.Interface
-	cancel context.CancelFunc
+	once sync.Once
+	stop func()
 }
 
-func (w cancelOnStop) Stop() {
+func (w *endedWatch) Stop() {
 	w.Interface.Stop()
-	w.cancel()
+	w.once.Do(w.stop)
 }
 
 func (s restServer) patchPodStatus(ctx context.Context, namespace, name string, pt types.PatchType, patch []byte) (*corev1.Pod, error) {

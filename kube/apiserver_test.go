@@ -893,3 +893,79 @@ func TestNodeScopedRequests(t *testing.T) {
 		t.Fatalf("%d node status patches in %d requests, want the pressure and the calm", n, len(reqs))
 	}
 }
+
+// TestEarlyWatchEndWaits: a watch the server ended long before the
+// timeout the reflector asked for (the server went away) is reopened
+// after a wait in the gate, not at once, and resumes from its version (no
+// relist); the first watches did not wait.
+func TestEarlyWatchEndWaits(t *testing.T) {
+	f := newFakeAPI(t, apiPod("web", "u1"))
+	entered := make(chan struct{}, 8)
+	release := make(chan struct{})
+	wait := func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.start(Config{relistWait: wait})
+	waitFor(t, "watching", func() bool { return len(f.watches("pods")) == 1 && len(f.watches("nodes")) == 1 })
+	if n := len(entered); n != 0 {
+		t.Fatalf("the first lists and watches waited %d times in the gate", n)
+	}
+	close(f.watches("pods")[0].stop)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watch the server ended early was reopened without a wait")
+	}
+	if n := len(f.watches("pods")); n != 1 {
+		t.Fatalf("%d pod watches reached the server while the reopen waits, want the first alone", n)
+	}
+	close(release)
+	waitFor(t, "watch reopened", func() bool { return len(f.watches("pods")) == 2 })
+	if n := f.relists("pods"); n != 1 {
+		t.Fatalf("%d pod lists, want the first alone: the reopened watch resumes", n)
+	}
+	if n := len(entered); n != 0 {
+		t.Fatalf("the Node's watch waited %d times: only the ended watch's reflector waits", n)
+	}
+}
+
+// TestGate: which requests of a reflector wait.
+func TestGate(t *testing.T) {
+	waits := 0
+	g := &gate{wait: func(context.Context) error { waits++; return nil }}
+	ctx := context.Background()
+	step := func(name string, do func() error, want int) {
+		t.Helper()
+		before := waits
+		if err := do(); err != nil {
+			t.Fatal(err)
+		}
+		if got := waits - before; got != want {
+			t.Errorf("%s: waited %d times, want %d", name, got, want)
+		}
+	}
+	step("first list", func() error { return g.beforeList(ctx) }, 0)
+	g.listDone(fmt.Errorf("refused"))
+	step("a first list again after it failed", func() error { return g.beforeList(ctx) }, 0)
+	g.listDone(nil)
+	step("the watch after the list", func() error { return g.beforeWatch(ctx) }, 0)
+	g.watchOpened()
+	g.watchEnded(9*time.Minute+30*time.Second, 10*time.Minute)
+	step("a watch after one that lasted its timeout", func() error { return g.beforeWatch(ctx) }, 0)
+	g.watchOpened()
+	g.watchEnded(time.Minute, 10*time.Minute)
+	step("a watch after one ended early", func() error { return g.beforeWatch(ctx) }, 1)
+	step("its retry, the server still down", func() error { return g.beforeWatch(ctx) }, 1)
+	g.watchOpened()
+	step("a watch after one was answered", func() error { return g.beforeWatch(ctx) }, 0)
+	g.watchEnded(time.Second, 10*time.Minute)
+	step("the relist after a 410 (the watch's early end)", func() error { return g.beforeList(ctx) }, 1)
+	g.listDone(nil)
+	step("the watch after that relist", func() error { return g.beforeWatch(ctx) }, 0)
+}
