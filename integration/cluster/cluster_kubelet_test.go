@@ -204,12 +204,52 @@ func TestClusterKubeletRestart(t *testing.T) {
 				longest.Round(time.Millisecond), lapseBound)
 		}
 	}
+	holdReports(t, c, ns, reports, restarted)
 	t.Logf("$ kubectl get events\n%s", c.must(t, "-n", ns, "get", "events", "--sort-by=.lastTimestamp"))
 	t.Logf("$ cri-guard status\n%s", c.guardStatus(t))
 	c.waitFor(t, "node "+clusterNode+" Ready", 2*time.Minute, func() (bool, string) {
 		conds := c.nodeConditions(t)
 		return conds["Ready"] == "True", fmt.Sprint(conds)
 	})
+}
+
+// holdReports, when CRI_GUARD_KUBELET_RESTART_HOLD is a duration (e.g.
+// 10m; opt-in: the suite's run does not wait), keeps checking until that
+// long after the kubelet's restart that each report still holds with
+// exactly one event of cri-guard's, then logs what kubectl shows of the
+// pods: what a user sees long after the bound on rewrites has run out.
+func holdReports(t *testing.T, c *cluster, ns string, reports []*guardReport, restarted time.Time) {
+	v := os.Getenv("CRI_GUARD_KUBELET_RESTART_HOLD")
+	if v == "" {
+		return
+	}
+	hold, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("CRI_GUARD_KUBELET_RESTART_HOLD=%q: %v", v, err)
+	}
+	for end := restarted.Add(hold); ; time.Sleep(30 * time.Second) {
+		for _, r := range reports {
+			p, err := c.pod(t, ns, r.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, d := r.holds(p); !ok {
+				t.Errorf("%s %.0fs after the kubelet's restart: %s", r.name, time.Since(restarted).Seconds(), d)
+			}
+			if n, evs := c.guardEvents(t, ns, r.uid); n != 1 {
+				t.Errorf("%s %.0fs after the kubelet's restart: %d events of cri-guard's, want 1: %+v", r.name,
+					time.Since(restarted).Seconds(), n, evs)
+			}
+		}
+		if t.Failed() || time.Now().After(end) {
+			break
+		}
+	}
+	t.Logf("%.0fs after the kubelet's restart:\n$ kubectl get pods -o wide\n%s", time.Since(restarted).Seconds(),
+		c.must(t, "-n", ns, "get", "pods", "-o", "wide"))
+	for _, r := range reports {
+		t.Logf("$ kubectl describe pod %s\n%s", r.name, c.must(t, "-n", ns, "describe", "pod", r.name))
+	}
 }
 
 // guardReport is what cri-guard reported of one pod, read from its event:
