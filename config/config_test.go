@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -253,5 +254,90 @@ func TestRemovedTaintKey(t *testing.T) {
 	bad := write("bad.yaml", "kubernetes: {taint: {enabled: true}, nodeStatusHeartbeat: 5s}\n")
 	if _, _, err := LoadLenient(bad); err == nil || !strings.Contains(err.Error(), "nodeStatusHeartbeat") || strings.Contains(err.Error(), "taint") {
 		t.Errorf("LoadLenient of a bad value beside the removed key: %v, want the bad value refused, the removed key not named", err)
+	}
+}
+
+// nested is the YAML mapping that sets the dotted key to value.
+func nested(key, value string) string {
+	parts := strings.Split(key, ".")
+	s := value
+	for i := len(parts) - 1; i >= 0; i-- {
+		s = "{" + parts[i] + ": " + s + "}"
+	}
+	return s + "\n"
+}
+
+// TestKeys: every key Keys lists is read by the decoder, a key it does not
+// list is refused, and its keys are
+// the ones encoding/json writes for the defaults, section by section; the
+// removed keys are not among them and load with a warning.
+func TestKeys(t *testing.T) {
+	keys := Keys()
+	for _, k := range []string{"listen", "evictionHard", "fastPoll", "fastPoll.maxRate", "critical.priorityAnnotation", "log.level", "kubernetes.kubeconfig", "kubernetes.nodeStatusHeartbeat"} {
+		if !slices.Contains(keys, k) {
+			t.Errorf("Keys() lacks %s: %q", k, keys)
+		}
+	}
+	if !slices.IsSorted(keys) {
+		t.Errorf("Keys() not sorted: %q", keys)
+	}
+	for _, k := range keys {
+		// a null may still be a bad value (a Duration's): only an
+		// unknown field says the key is not read
+		if _, err := Parse([]byte(nested(k, "null"))); errors.Is(err, ErrUnknownField) {
+			t.Errorf("Parse(%s: null): %v", k, err)
+		}
+	}
+	for _, k := range []string{"kubernetes.nope", "nope", "critical.rule"} {
+		if _, err := Parse([]byte(nested(k, "null"))); !errors.Is(err, ErrUnknownField) {
+			t.Errorf("Parse(%s: null): %v, want an unknown field", k, err)
+		}
+	}
+
+	b, err := json.Marshal(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written []string
+	var walk func(prefix string, obj map[string]any)
+	walk = func(prefix string, obj map[string]any) {
+		for k, v := range obj {
+			if prefix != "" {
+				k = prefix + "." + k
+			}
+			written = append(written, k)
+			// a section is an object whose keys Keys lists; a map
+			// (evictionHard) is an object of values
+			if o, ok := v.(map[string]any); ok && slices.ContainsFunc(keys, func(s string) bool { return strings.HasPrefix(s, k+".") }) {
+				walk(k, o)
+			}
+		}
+	}
+	var top map[string]any
+	if err := json.Unmarshal(b, &top); err != nil {
+		t.Fatal(err)
+	}
+	walk("", top)
+	slices.Sort(written)
+	if !slices.Equal(written, keys) {
+		t.Errorf("json of the defaults has keys %q,\nKeys() = %q", written, keys)
+	}
+
+	removed := RemovedKeys()
+	if len(removed) == 0 {
+		t.Fatal("RemovedKeys() is empty: the removed-keys table is not read")
+	}
+	dir := t.TempDir()
+	for _, k := range removed {
+		if slices.Contains(keys, k) {
+			t.Errorf("%s is both a key and removed", k)
+		}
+		p := filepath.Join(dir, "removed.yaml")
+		if err := os.WriteFile(p, []byte(nested(k, "{}")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, warnings, err := Check(p); err != nil || len(warnings) != 1 || !strings.HasPrefix(warnings[0], k+": removed") {
+			t.Errorf("Check(%s): %v, %q, want one warning that it is removed", k, err, warnings)
+		}
 	}
 }

@@ -51,7 +51,7 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
 		}
 		v.Set(reflect.Zero(v.Type()))
 	}
-	if v.Kind() != reflect.Struct || reflect.PointerTo(v.Type()).Implements(unmarshalerType) {
+	if !isSection(v.Type()) {
 		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
 			return Errors{fmt.Errorf("%s: %s", path, cleanJSONError(err))}
 		}
@@ -69,8 +69,7 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
 	}
 	fields := map[string]int{}
 	for i := range v.NumField() {
-		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
-		fields[tag] = i
+		fields[fieldKey(v.Type().Field(i))] = i
 	}
 	var errs Errors
 	keys := make([]string, 0, len(obj))
