@@ -38,10 +38,17 @@ var externalSeries = map[string][]string{
 var targetLabels = []string{"job", "instance"}
 
 // exportedSeries returns every series name cri-guard's registry serves,
-// with its label names: each event-driven series fed once, the collector
-// given every source, so that each family has a child. Histograms and
-// summaries are listed under the names Prometheus stores them as.
+// with its label names (exportedFamilies). Histograms and summaries are
+// listed under the names Prometheus stores them as.
 func exportedSeries(t *testing.T) map[string][]string {
+	t.Helper()
+	return seriesOf(exportedFamilies(t))
+}
+
+// exportedFamilies gathers cri-guard's registry as run.go builds it, each
+// event-driven series fed once and the collector given every source, so
+// that each family has a child.
+func exportedFamilies(t *testing.T) []*dto.MetricFamily {
 	t.Helper()
 	m := metrics.New()
 	m.Observe("/runtime.v1.RuntimeService/StopPodSandbox", time.Millisecond, status.Error(codes.Unavailable, "down"))
@@ -70,6 +77,12 @@ func exportedSeries(t *testing.T) map[string][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mfs
+}
+
+// seriesOf returns the series of the families, by the names Prometheus
+// stores them as, with their label names.
+func seriesOf(mfs []*dto.MetricFamily) map[string][]string {
 	out := map[string][]string{}
 	for _, mf := range mfs {
 		var labels []string
