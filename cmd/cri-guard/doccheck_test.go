@@ -35,7 +35,9 @@ import (
 //     config (a key with keys of its own: critical, fastPoll, kubernetes,
 //     log). Kubelet signal names ("memory.available",
 //     "allocatableMemory.available"), cgroup files ("memory.events.local")
-//     and Go names ("kube.APIOf") start with no section and are not keys.
+//     and Go names ("kube.APIOf") start with no section and are not keys;
+//     a bare domain whose first label is a section ("kubernetes.io") would
+//     count, and is written with its path ("kubernetes.io/config.source").
 //     A single word ("podsCgroup", "failCgroupV1: false") is not checked
 //     outside the key table: the top-level keys share their names with the
 //     kubelet's KubeletConfiguration fields, which the docs name too.
@@ -99,9 +101,10 @@ var descString = regexp.MustCompile(`^Desc\{fqName: "([^"]+)".*, variableLabels:
 // controllerSeries returns the controller's series from the registry its
 // code builds. Its vectors have no child until the controller acts, and a
 // registry gathers only children: the families are taken from what the
-// registry describes (each descriptor's name and variable labels), their
-// types from what it gathers (so a histogram without a child is known by
-// its family name only).
+// registry describes (each descriptor's name and variable labels, read from
+// its String, as client_golang's Desc has no accessors; one it cannot read
+// fails the test), their types from what it gathers (so a histogram without
+// a child is known by its family name only).
 func controllerSeries(t *testing.T) seriesIndex {
 	t.Helper()
 	reg := controller.NewMetrics(func() int { return 0 }).Registry()
