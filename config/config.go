@@ -17,7 +17,12 @@ import (
 type Duration struct{ time.Duration }
 
 // UnmarshalJSON accepts a duration string such as "30s".
+// A null (a key written with no value) keeps the default, as encoding/json
+// leaves a value on null.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("want a duration string such as \"10s\", got %s", b)

@@ -115,6 +115,13 @@ log: {level: debug, format: json}
 		{name: "unknown key and bad values, all reported", yaml: "bogus: 1\nlisten: rel.sock\nevictionSoft: {memory.available: 300Mi}\n",
 			wantErr: []string{"bogus: unknown field", `listen: must be an absolute path, got "rel.sock"`, "evictionSoftGracePeriod[memory.available]"}},
 		{name: "unknown nested key", yaml: "critical: {rule: modern}\n", wantErr: []string{`critical.rule: unknown field`}},
+		{name: "null duration keeps the default", yaml: "housekeepingInterval:\nevictionPressureTransitionPeriod: null\n", check: func(t *testing.T, c Config) {
+			d := Default()
+			if c.HousekeepingInterval != d.HousekeepingInterval || c.EvictionPressureTransitionPeriod != d.EvictionPressureTransitionPeriod {
+				t.Fatalf("housekeepingInterval %v, evictionPressureTransitionPeriod %v: want the defaults %v, %v", c.HousekeepingInterval,
+					c.EvictionPressureTransitionPeriod, d.HousekeepingInterval, d.EvictionPressureTransitionPeriod)
+			}
+		}},
 		{name: "bad duration", yaml: "housekeepingInterval: fast\n", wantErr: []string{"housekeepingInterval", `bad duration "fast"`}},
 		{name: "bad quantity", yaml: "evictionHard: {memory.available: lots}\n", wantErr: []string{"evictionHard[memory.available]"}},
 		{name: "soft without grace", yaml: "evictionSoft: {memory.available: 300Mi}\n", wantErr: []string{"evictionSoftGracePeriod[memory.available]"}},
