@@ -28,8 +28,9 @@ const hugePagesAdded = 256
 // hard memory.available threshold half a pool under MemAvailable, which
 // the node does not meet (a threshold met at start would be refused as a
 // mistake); then a pool of 2 MiB pages is reserved through
-// /proc/sys/vm/nr_hugepages, and the threshold is met: a BestEffort
-// RunPodSandbox is refused, memory.available is not less the pool twice
+// /proc/sys/vm/nr_hugepages, and the threshold is met: the BestEffort pod
+// admitted before is chosen for eviction, a new BestEffort RunPodSandbox
+// is refused, memory.available is not less the pool twice
 // (the kernel already keeps the pool out of MemAvailable), and status
 // shows the pool.
 func TestHugepageAwareEviction(t *testing.T) {
@@ -52,6 +53,11 @@ metricsAddress: ""
 adminSocket: %s
 `, threshold, adminSocket))
 	g := startGuard(t, env, cfg...)
+	// a BestEffort pod admitted before the pool: the one to evict once
+	// the pool is counted
+	vuid := harness.NewUID(t)
+	victim := "be-victim-" + vuid[:6]
+	env.Crictl(t, g.Socket, "runp", writeJSON(t, t.TempDir(), vuid+".json", qosPodConfig(victim, vuid, "besteffort")))
 	pool := reserveHugePages(t, hugePagesAdded)
 	if pool.added != planned {
 		t.Skipf("the kernel found %d of the %d bytes of huge pages asked for", pool.added, planned)
@@ -88,6 +94,21 @@ adminSocket: %s
 		t.Errorf("memory.available %.0f, below MemAvailable %d less one and a half pools: the pool was taken off twice", observed, avail)
 	}
 
+	// the eviction the 1.37 kubelet would make (dry run: chosen and
+	// logged, not stopped)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		full, _ := os.ReadFile(g.Log)
+		if chosen := dryRunVictims(string(full)); len(chosen) > 0 {
+			if chosen[0] != victim {
+				t.Errorf("dry run chose %q to evict, want the BestEffort %q\n%s", chosen[0], victim, g.LogTail())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no eviction chosen within 15s of MemoryPressure\n%s", g.LogTail())
+		}
+	}
+
 	uid := harness.NewUID(t)
 	pc := qosPodConfig("be-hugepages-"+uid[:6], uid, "besteffort")
 	out, err := env.CrictlErr(g.Socket, "runp", writeJSON(t, t.TempDir(), uid+".json", pc))
@@ -107,6 +128,23 @@ adminSocket: %s
 	if !bytes.Contains(table, []byte("huge pages:")) || !bytes.Contains(table, []byte("taken off memory.available")) {
 		t.Errorf("status table does not show the pool:\n%s", table)
 	}
+}
+
+// dryRunVictims are the pods cri-guard's log says a dry run would evict,
+// in order.
+func dryRunVictims(log string) []string {
+	var out []string
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="dry run: would evict pod"`) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "pod="); ok {
+				out = append(out, strings.Trim(v, `"`))
+			}
+		}
+	}
+	return out
 }
 
 // hugePool is the host's huge page pool once the test reserved its pages.
