@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cri-guard/cri-guard/evictor"
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // Namespace prefixes every series.
@@ -100,7 +101,28 @@ func New() *Metrics {
 			m.checkpointOps.WithLabelValues(op, r)
 		}
 	}
+	// The decision counters the alerts take the increase of exist from the
+	// start, at 0: a child made by its first event is first scraped at 1,
+	// and increase() over a series that starts at 1 and stays there is 0,
+	// so an episode's single unable-to-evict pass, or its first evictions
+	// and refusals, would fire nothing (as seen on a real pressure
+	// episode's scrapes).
+	for _, s := range knownSignals {
+		for _, c := range []*prometheus.CounterVec{m.evictions, m.dryRun, m.evictFailures, m.graceCuts, m.unable} {
+			c.WithLabelValues(string(s))
+		}
+	}
+	m.admissions.WithLabelValues("admit", "")
+	m.admissions.WithLabelValues("refuse", evictor.ReasonEvicted)
 	return m
+}
+
+// knownSignals are the signals the decision counters are made for at
+// start.
+var knownSignals = []pressure.Signal{
+	pressure.SignalMemoryAvailable, pressure.SignalAllocatableMemoryAvailable,
+	pressure.SignalPSISomeAvg10, pressure.SignalPSISomeAvg60,
+	pressure.SignalPSIFullAvg10, pressure.SignalPSIFullAvg60,
 }
 
 // Registry returns the registry the series are registered on.

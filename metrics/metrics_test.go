@@ -329,3 +329,40 @@ cri_guard_state_store_available 0
 	want = strings.ReplaceAll(strings.ReplaceAll(want, "records 7", "records 0"), "available 0", "available 1")
 	collectorText(t, c, want, "cri_guard_checkpoint_unsaved_records", "cri_guard_state_store_available")
 }
+
+// TestDecisionCountersFromStart: the counters the alerts take the increase
+// of are scraped at 0 before any decision, so that the first one is an
+// increase (a child born at 1 is not, to increase()).
+func TestDecisionCountersFromStart(t *testing.T) {
+	m := New()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, mm := range mf.GetMetric() {
+			var ls []string
+			for _, lp := range mm.GetLabel() {
+				ls = append(ls, lp.GetName()+"="+lp.GetValue())
+			}
+			got[mf.GetName()+"{"+strings.Join(ls, ",")+"}"] = mm.GetCounter().GetValue()
+		}
+	}
+	want := []string{
+		"cri_guard_admissions_total{reason=,result=admit}",
+		"cri_guard_admissions_total{reason=Evicted,result=refuse}",
+	}
+	for _, s := range []pressure.Signal{pressure.SignalMemoryAvailable, pressure.SignalAllocatableMemoryAvailable,
+		pressure.SignalPSISomeAvg10, pressure.SignalPSIFullAvg60} {
+		for _, n := range []string{"evictions_total", "dry_run_evictions_total", "eviction_failures_total",
+			"eviction_grace_cuts_total", "eviction_unable_total"} {
+			want = append(want, fmt.Sprintf("cri_guard_%s{signal=%s}", n, s))
+		}
+	}
+	for _, w := range want {
+		if v, ok := got[w]; !ok || v != 0 {
+			t.Errorf("%s: %v (present %v), want 0 from the start", w, v, ok)
+		}
+	}
+}

@@ -4,8 +4,6 @@ package host
 
 import (
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -44,13 +42,9 @@ adminSocket: `+adminSocket+`
 	})
 	stats.setAvailable(t, 500<<20)
 
+	// every signal's child, summed (they all exist from the start, at 0)
 	counter := func(name string) int {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(?:\{[^}]*\})? ([0-9.e+]+)$`).FindStringSubmatch(scrape(t, "http://"+metricsAddr+"/metrics"))
-		if m == nil {
-			return 0
-		}
-		v, _ := strconv.ParseFloat(m[1], 64)
-		return int(v)
+		return int(metricValue(t, metricsAddr, name))
 	}
 	status := func() admin.Status {
 		st, err := harness.Status(guardBin, adminSocket)
