@@ -51,6 +51,7 @@ func TestClusterAPI(t *testing.T) {
 	})
 	ns := c.namespace(t, "cg-api")
 	t.Cleanup(func() { c.setAvailable(t, 12<<30) })
+	rec := recordScrapes(t)
 
 	c.apply(t, deploymentManifest(ns, "web", 1))
 	c.apply(t, podManifest(ns, "bu", "{requests: {memory: 512Mi}, limits: {memory: 1Gi}}", ""))
@@ -99,6 +100,7 @@ func TestClusterAPI(t *testing.T) {
 	// Pressure: one pass evicts the web replica, then the pressure is gone
 	// but MemoryPressure holds for the transition period (60 s).
 	start := time.Now()
+	rec.mark("pressure")
 	c.setAvailable(t, 500<<20)
 	var evictedAt, replacedAt time.Duration
 	c.waitFor(t, "the web replica Failed/Evicted in the API", time.Minute, func() (bool, string) {
@@ -109,6 +111,7 @@ func TestClusterAPI(t *testing.T) {
 		return p.Status.Phase == "Failed" && p.Status.Reason == "Evicted", fmt.Sprintf("%+v", p.Status)
 	})
 	evictedAt = time.Since(start)
+	rec.mark("calm")
 	c.setAvailable(t, 12<<30)
 	// The kubelet's status manager may write its own status over the
 	// report (seen: phase and reason kept, message cleared); cri-guard's

@@ -31,6 +31,7 @@ func TestClusterPressure(t *testing.T) {
 	c := needCluster(t)
 	ns := c.namespace(t, "cg-pressure")
 	t.Cleanup(func() { c.setAvailable(t, 12<<30) })
+	rec := recordScrapes(t)
 
 	// The victim ignores SIGTERM, as many programs do (sleep as PID 1):
 	// cri-guard's stop kills it after evictionMaxPodGracePeriod (5 s).
@@ -52,6 +53,7 @@ func TestClusterPressure(t *testing.T) {
 	}
 
 	// Pressure: memory.available 500Mi < the hard threshold 1Gi.
+	rec.mark("pressure")
 	c.setAvailable(t, 500<<20)
 	// A BestEffort pod is refused by the condition check before the
 	// re-admission guard of evicted pods is asked, so the recreation of the
@@ -151,9 +153,11 @@ func TestClusterPressure(t *testing.T) {
 
 	// After the pressure and cri-guard's transition period (10 s), the
 	// kubelet's retries are admitted: every pod runs again.
+	rec.mark("calm")
 	c.setAvailable(t, 12<<30)
 	c.waitRunning(t, ns, 3*time.Minute, "victim", "newcomer", static)
 	c.waitRunning(t, "kube-system", time.Minute, critical)
+	rec.mark("running")
 	t.Logf("after the pressure:\n$ kubectl get pods -o wide\n%s", c.must(t, "-n", ns, "get", "pods", "-o", "wide"))
 	t.Logf("$ kubectl get events\n%s", c.must(t, "-n", ns, "get", "events", "--sort-by=.lastTimestamp"))
 }
