@@ -26,7 +26,9 @@
 #   make monitoring-test   contrib/monitoring: promtool check rules and test
 #                rules (promtool from Debian's prometheus package, unpacked by
 #                scripts/promtool.sh, not installed), and the Go test that each
-#                series named there is one cri-guard exports; make test runs it
+#                series named there is one cri-guard exports; make test runs it.
+#                alerts_scrape_test.yaml (the rules over recorded scrapes of a
+#                real pressure episode) is generated: make monitoring-scrape
 #   make compat  the compatibility matrix (not part of make test): each kubelet of
 #                $(COMPAT_KUBELETS) x each containerd of $(COMPAT_CONTAINERDS),
 #                critest and a standalone kubelet's admission and eviction through
@@ -49,7 +51,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: compat controller-image monitoring-test deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat controller-image monitoring-test monitoring-scrape deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -87,8 +89,20 @@ unit:
 # runs in the unit tests.
 monitoring-test:
 	p=$$(scripts/promtool.sh) && "$$p" check rules contrib/monitoring/alerts.yaml && \
-	  cd contrib/monitoring && "$$p" test rules alerts_test.yaml
+	  cd contrib/monitoring && "$$p" test rules alerts_test.yaml $(if $(wildcard contrib/monitoring/alerts_scrape_test.yaml),alerts_scrape_test.yaml)
 	$(GO) test -count=1 -run 'TestMonitoring' ./cmd/cri-guard/
+	PROMTOOL=$$(scripts/promtool.sh) $(GO) test -count=1 ./contrib/monitoring/scrapegen/
+
+# The alert tests over real scrapes (contrib/monitoring/scrapegen):
+# alerts_scrape_test.yaml again from the recordings in
+# contrib/monitoring/testdata/scrape-*/, after copying them (trimmed to the
+# series the rules read) from SCRAPES, a CRI_GUARD_SCRAPE_DIR the cluster
+# tests recorded into:
+#   CRI_GUARD_SCRAPE_DIR=/tmp/cri-guard-scrapes make cluster-test
+#   make monitoring-scrape SCRAPES=/tmp/cri-guard-scrapes && make monitoring-test
+SCRAPES ?=
+monitoring-scrape:
+	$(GO) run ./contrib/monitoring/scrapegen $(if $(SCRAPES),-import $(SCRAPES))
 
 # The differential test against the kubelet's own eviction manager (a module
 # of its own: the product's go.mod does not grow the kubelet's dependencies).
