@@ -51,7 +51,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: compat controller-image monitoring-test monitoring-scrape deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat controller-image monitoring-test monitoring-scrape monitoring-rule deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -100,6 +100,11 @@ monitoring-test:
 # tests recorded into:
 #   CRI_GUARD_SCRAPE_DIR=/tmp/cri-guard-scrapes make cluster-test
 #   make monitoring-scrape SCRAPES=/tmp/cri-guard-scrapes && make monitoring-test
+# prometheusrule.yaml, alerts.yaml as a PrometheusRule, again (the Go test
+# of monitoring-test fails while it differs).
+monitoring-rule:
+	CRI_GUARD_UPDATE_MONITORING=1 $(GO) test -count=1 -run 'TestMonitoringPrometheusRule$$' ./cmd/cri-guard/
+
 SCRAPES ?=
 monitoring-scrape:
 	$(GO) run ./contrib/monitoring/scrapegen $(if $(SCRAPES),-import $(SCRAPES))
