@@ -154,15 +154,22 @@ func generate(dir string) ([]byte, error) {
 	n := 0
 	interval := "" // promtool has one evaluation interval per file
 	for _, d := range ds {
+		e, err := readExpectation(d)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range e.Fire {
+			if !slices.ContainsFunc(rules, func(r rule) bool { return r.Alert == f.Alert }) {
+				return nil, fmt.Errorf("%s: %s is no alert of alerts.yaml", filepath.Join(d, expectFile), f.Alert)
+			}
+			if f.QuietBefore == "" || f.FiringAt == "" {
+				return nil, fmt.Errorf("%s: %s: quietBefore and firingAt are required", filepath.Join(d, expectFile), f.Alert)
+			}
+		}
 		f, err := os.Open(filepath.Join(d, recordingFile))
 		if errors.Is(err, os.ErrNotExist) {
 			continue // the episode's expectation, not recorded yet
 		} else if err != nil {
-			return nil, err
-		}
-		e, err := readExpectation(d)
-		if err != nil {
-			f.Close()
 			return nil, err
 		}
 		if interval != "" && e.Interval != interval {
