@@ -199,6 +199,19 @@ fire:
 		}
 	}
 
+	// an alert the expectation leaves open has no case either way
+	writeFixture(t, dir, alerts, episode(ramp(1)), expect+"notAsserted: [Down]\n")
+	if b, err = generate(dir); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "alertname: Down") || strings.Contains(string(b), `alertname="Down"`) || !strings.Contains(string(b), "  # not asserted: Down\n") {
+		t.Errorf("Down not asserted, yet:\n%s", b)
+	}
+	writeFixture(t, dir, alerts, episode(ramp(1)), expect+"notAsserted: [Evicting]\n")
+	if _, err = generate(dir); err == nil {
+		t.Error("an alert both fired and not asserted")
+	}
+
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
 		promtool, _ = exec.LookPath("promtool")
