@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,7 +23,7 @@ import (
 // tested over real series (contrib/monitoring/scrapegen turns a recording
 // into promtool's input). Unset, it does nothing.
 
-const (
+var (
 	// guardMetricsAddr is where cluster.sh's cri-guard serves its metrics
 	// (GUARD_METRICS there).
 	guardMetricsAddr = "127.0.0.1:19713"
@@ -139,4 +142,85 @@ func (r *scrapeRecording) stopScrapes() {
 		<-r.done
 		r.scrape(&http.Client{Timeout: scrapeEvery})
 	})
+}
+
+// TestClusterScrapeRecorder: the recorder itself, against a stand-in
+// /metrics on loopback (no cluster): nothing without CRI_GUARD_SCRAPE_DIR;
+// with it, timestamped scrapes in order, the failed ones (an error status,
+// the endpoint gone) as errors, and the marks between them.
+func TestClusterScrapeRecorder(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 2 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "# TYPE cri_guard_evictions_total counter\ncri_guard_evictions_total{signal=\"memory.available\"} %d\n", n.Load())
+	}))
+	addr, every := guardMetricsAddr, scrapeEvery
+	guardMetricsAddr, scrapeEvery = srv.Listener.Addr().String(), 50*time.Millisecond
+	defer func() { guardMetricsAddr, scrapeEvery = addr, every }()
+
+	t.Setenv("CRI_GUARD_SCRAPE_DIR", "")
+	if rec := recordScrapes(t); rec != nil {
+		t.Fatal("a recorder without CRI_GUARD_SCRAPE_DIR")
+	}
+	var none *scrapeRecording
+	none.mark("x") // no recorder: nothing, and no panic
+	none.stopScrapes()
+
+	dir := t.TempDir()
+	t.Setenv("CRI_GUARD_SCRAPE_DIR", dir)
+	var path string
+	t.Run("episode", func(t *testing.T) {
+		rec := recordScrapes(t)
+		path = filepath.Join(dir, t.Name(), "scrapes.txt")
+		time.Sleep(200 * time.Millisecond)
+		rec.mark("pressure")
+		time.Sleep(200 * time.Millisecond)
+		srv.Close() // cri-guard gone
+		time.Sleep(150 * time.Millisecond)
+		rec.mark("calm")
+	})
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if want := "# cri-guard scrape recording of TestClusterScrapeRecorder/episode: target " + srv.Listener.Addr().String() + ", every 50ms"; lines[0] != want {
+		t.Errorf("header %q, want %q", lines[0], want)
+	}
+	block := regexp.MustCompile(`^# (scrape|mark) (\d+) (ok|error .+|pressure|calm)$`)
+	var kinds []string
+	var last int64
+	for _, l := range lines[1:] {
+		m := block.FindStringSubmatch(l)
+		if m == nil {
+			if !strings.HasPrefix(l, "# TYPE ") && !strings.HasPrefix(l, "cri_guard_evictions_total{") {
+				t.Errorf("line %q", l)
+			}
+			continue
+		}
+		var at int64
+		fmt.Sscan(m[2], &at)
+		if at < last {
+			t.Errorf("%q before the line above", l)
+		}
+		last = at
+		k := m[3]
+		if strings.HasPrefix(k, "error") {
+			k = "error"
+		}
+		if len(kinds) == 0 || kinds[len(kinds)-1] != k {
+			kinds = append(kinds, k)
+		}
+	}
+	// the second scrape answered 503; the last ones found the endpoint gone
+	got := strings.Join(kinds, " ")
+	if !regexp.MustCompile(`^ok error ok pressure ok error calm error$`).MatchString(got) {
+		t.Errorf("blocks %q, want ok error ok pressure ok error calm error\n%s", got, b)
+	}
+	if !strings.Contains(string(b), "status 503") {
+		t.Errorf("the 503 not recorded as the scrape's error:\n%s", b)
+	}
 }
