@@ -199,12 +199,12 @@ func (l *Loop) released(f *inFlight) bool {
 
 // podWorkingSet reads p's working set now (its pod cgroup, one file): an
 // eviction's victim releasing its memory. ok is false when it cannot be
-// read (no killer, no stats, or the cgroup is gone).
+// read (no reader, no stats, or the cgroup is gone).
 func (l *Loop) podWorkingSet(p *pod.Pod) (ws int64, ok bool) {
-	if l.kill == nil {
+	if l.stats == nil {
 		return 0, false
 	}
-	st, err := l.kill.Pod(p.CgroupParent)
+	st, err := l.stats.Pod(p.CgroupParent)
 	if err != nil || !st.HasMemory {
 		return 0, false
 	}

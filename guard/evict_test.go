@@ -33,7 +33,7 @@ type nodeSampler struct {
 	nodes     int      // the node samples taken
 }
 
-// KillPod records the kill (pressure.Sampler.KillPod signals the cgroup).
+// KillPod records the kill (podkill.Killer.KillPod signals the cgroup).
 func (s *nodeSampler) KillPod(cgroupParent string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,7 +110,7 @@ func newRealHarnessOn(tb testing.TB, store Store, rt *fakeRuntime, cfg Config, a
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o := Options{Runtime: rt, Store: store, Evictor: h.ev, Killer: h.sampler, Log: log}
+	o := Options{Runtime: rt, Store: store, Evictor: h.ev, PodStats: h.sampler, Killer: h.sampler, Log: log}
 	if api != nil {
 		o.API, o.Reporter = api, api
 	}

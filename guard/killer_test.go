@@ -5,17 +5,12 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/pod"
-	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // killRecorder is a Killer that records the cgroup parents it was asked to
-// signal; its pods have no stats.
+// signal.
 type killRecorder struct {
 	killed []string
-}
-
-func (k *killRecorder) Pod(string) (pressure.PodStats, error) {
-	return pressure.PodStats{}, pressure.ErrNoStats
 }
 
 func (k *killRecorder) KillPod(parent string) (int, error) {

@@ -64,14 +64,20 @@ type Evictor interface {
 
 var _ Evictor = (*evictor.Manager)(nil)
 
-// Killer reaches an eviction's victim past the runtime, in its pod cgroup
-// (pressure.Bounded in production, the cgroup reads bounded in time): the
-// loop reads the victim's working set to see it release its memory, and
-// kills its processes at once when its grace period is cut. Neither is a
-// decision, so neither goes through the evictor.
-type Killer interface {
+// PodStats reads an eviction's victim in its pod cgroup (pressure.Bounded
+// in production, the cgroup reads bounded in time): the loop reads the
+// victim's working set to see it release its memory. It is not a
+// decision, so it does not go through the evictor.
+type PodStats interface {
 	// Pod reads a pod cgroup's stats now (one file for the working set).
 	Pod(cgroupParent string) (pressure.PodStats, error)
+}
+
+// Killer reaches an eviction's victim past the runtime, in its pod cgroup
+// (podkill.Bounded in production, the kill bounded in time): the loop
+// kills its processes at once when its grace period is cut. It is not a
+// decision, so it does not go through the evictor.
+type Killer interface {
 	// KillPod kills a pod cgroup's processes with SIGKILL; it returns how
 	// many were signalled, -1 when the kernel killed the cgroup without
 	// saying. It refuses a group outside the pods cgroup.
@@ -79,8 +85,8 @@ type Killer interface {
 }
 
 var (
-	_ Killer = (*pressure.Bounded)(nil)
-	_ Killer = (*pressure.Sampler)(nil)
+	_ PodStats = (*pressure.Bounded)(nil)
+	_ PodStats = (*pressure.Sampler)(nil)
 )
 
 // APIPods is what the API server says of pods (kube.Client.Pod): read from
@@ -129,9 +135,11 @@ type Options struct {
 	Runtime Runtime
 	Store   Store
 	Evictor Evictor
-	// Killer reads and kills evictions' victims past the runtime; nil:
-	// only the runtime stops them (no working set is known, no grace cut
-	// kills directly).
+	// PodStats reads evictions' victims' working sets; nil: none is
+	// known (only the containers' stops say a victim released its memory).
+	PodStats PodStats
+	// Killer kills evictions' victims past the runtime; nil: only the
+	// runtime stops them (no grace cut kills directly).
 	Killer Killer
 	Log    *logrus.Entry
 	Now    func() time.Time
@@ -150,6 +158,7 @@ type Loop struct {
 	rt      Runtime
 	store   Store
 	ev      Evictor
+	stats   PodStats
 	kill    Killer
 	log     *logrus.Entry
 	now     func() time.Time
@@ -221,7 +230,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		o.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	return &Loop{
-		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, kill: o.Killer, log: o.Log, now: o.Now, wdog: o.Watchdog,
+		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, stats: o.PodStats, kill: o.Killer, log: o.Log, now: o.Now, wdog: o.Watchdog,
 		api: o.API, report: o.Reporter,
 		bound:     newRateBound(),
 		updates:   make(chan func()),

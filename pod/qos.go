@@ -65,7 +65,7 @@ func qosFromParts(parts []string) (QOSClass, bool) {
 // with uid itself, in one of QOSFromCgroupParent's forms: its last element
 // is pod<uid> (cgroupfs) or ends in pod<uid>.slice with the uid's dashes
 // as underscores (systemd, as the kubelet escapes it). A kill past the
-// runtime (pressure.Sampler.KillPod) signals only such a group: never a QoS
+// runtime (podkill.Killer.KillPod) signals only such a group: never a QoS
 // tier or another pod's, whatever cgroup parent a sandbox was given.
 func IsOwnCgroup(parent, uid string) bool {
 	if uid == "" {

@@ -28,16 +28,14 @@ type Bounded struct {
 
 type boundedReq struct {
 	pod    bool
-	kill   bool // KillPod rather than Pod
 	parent string
 	resp   chan boundedResp // buffered: the worker never waits for a caller gone
 }
 
 type boundedResp struct {
-	node   NodeSample
-	pod    PodStats
-	killed int
-	err    error
+	node NodeSample
+	pod  PodStats
+	err  error
 }
 
 // NewBounded starts the reading goroutine of s; Close stops it.
@@ -58,8 +56,6 @@ func (b *Bounded) run() {
 		case r := <-b.req:
 			var res boundedResp
 			switch {
-			case r.kill:
-				res.killed, res.err = b.s.KillPod(r.parent)
 			case r.pod:
 				res.pod, res.err = b.s.Pod(r.parent)
 			default:
@@ -109,11 +105,4 @@ func (b *Bounded) Node() (NodeSample, error) {
 func (b *Bounded) Pod(cgroupParent string) (PodStats, error) {
 	res := b.call(boundedReq{pod: true, parent: cgroupParent})
 	return res.pod, res.err
-}
-
-// KillPod kills a pod cgroup's processes (Sampler.KillPod), bounded in
-// time like a read: a wedged cgroup file must not hold the sync loop.
-func (b *Bounded) KillPod(cgroupParent string) (int, error) {
-	res := b.call(boundedReq{kill: true, parent: cgroupParent})
-	return res.killed, res.err
 }

@@ -2,8 +2,9 @@
 // thresholds are met: reading stats (cgroup v1 and v2 memory files,
 // /proc/meminfo, PSI, the huge page pool), the eviction signals, threshold
 // parsing and evaluation in the kubelet's semantics, PSI triggers, kernel
-// memory notifications (v1 memcg thresholds, the v2 memory.events watch),
-// and killing a pod cgroup past the runtime (KillPod).
+// memory notifications (v1 memcg thresholds, the v2 memory.events watch).
+// Killing a pod cgroup past the runtime is package podkill's, told by
+// Sampler.MemoryCgroup where the pods' memory is.
 //
 // Its rules:
 //   - Every root is a parameter (SamplerConfig: CgroupRoot, ProcRoot,
@@ -16,8 +17,7 @@
 //     pods cgroup's signals only (NodeSample.PodsError).
 //   - "No stats" is not zero usage (ErrNoStats).
 //   - A trigger is written only to a file on procfs or cgroup2
-//     (ErrNotPressureFile); KillPod refuses a cgroup not strictly under the
-//     pods cgroup.
+//     (ErrNotPressureFile).
 //   - The hot path reads with reused buffers and hand-written parsers; no
 //     per-sample parsing allocations.
 //

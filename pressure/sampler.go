@@ -224,6 +224,14 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	return s, nil
 }
 
+// MemoryCgroup says where the pods' memory is accounted, for a killer
+// past the runtime (podkill.New): the mount point of the hierarchy that
+// holds the memory controller, its version (2, 1, or 0 when none was
+// found), and the pods cgroup's path in it ("" when none is configured).
+func (s *Sampler) MemoryCgroup() (dir string, version int, podsGroup string) {
+	return s.layout.memoryDir, s.layout.memoryVersion, s.podsGroup
+}
+
 // detectLayout finds the unified hierarchy and the hierarchy holding the
 // memory controller. The unified root's controllers are read through
 // cgroups/v3 cgroup2.

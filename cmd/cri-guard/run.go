@@ -18,6 +18,7 @@ import (
 	"github.com/cri-guard/cri-guard/guard"
 	"github.com/cri-guard/cri-guard/kube"
 	"github.com/cri-guard/cri-guard/metrics"
+	"github.com/cri-guard/cri-guard/podkill"
 	"github.com/cri-guard/cri-guard/pressure"
 	"github.com/cri-guard/cri-guard/runtimeproxy"
 	"github.com/cri-guard/cri-guard/server"
@@ -67,7 +68,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = g.store.Close(); g.bounded.Close() }()
+	defer func() { _ = g.store.Close(); g.bounded.Close(); g.killer.Close() }()
 	loop, ev := g.loop, g.ev
 	if opts.configRaw != nil {
 		if err := saveLastGood(cfg.StateDir, opts.configRaw); err != nil {
@@ -162,6 +163,7 @@ type guardParts struct {
 	ev      *evictor.Manager
 	store   *checkpoint.Deferred // holds the state directory's lock until closed, once open
 	bounded *pressure.Bounded    // the evictor's sampler; its goroutine ends on Close
+	killer  *podkill.Bounded     // the loop's killer past the runtime; likewise
 }
 
 // newGuard builds the sampler, the checkpoint store, the eviction manager
@@ -190,6 +192,8 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	// reads bounded in time, off the sync loop's goroutine: a stats file
 	// that blocks (a FIFO, a hung mount) is a stats error, not a hang
 	bounded := pressure.NewBounded(sampler, pressure.DefaultReadTimeout)
+	// kills likewise: a wedged cgroup.kill is a failed kill, not a hang
+	killer := podkill.NewBounded(podkill.New(sampler.MemoryCgroup()), podkill.DefaultTimeout)
 	ev, err := evictor.New(evictor.Config{
 		Thresholds:        thresholds,
 		TransitionPeriod:  cfg.EvictionPressureTransitionPeriod.Duration,
@@ -200,6 +204,7 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	}, evictor.Options{Sampler: bounded, Log: logger.WithField("component", "evictor"), Observer: obs, OnPressure: onPressure(kc)})
 	if err != nil {
 		bounded.Close()
+		killer.Close()
 		return guardParts{}, err
 	}
 	// a state directory that cannot be opened leaves cri-guard serving,
@@ -208,13 +213,14 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	store, err := checkpoint.OpenDeferred(cfg.StateDir, logger.WithField("component", "checkpoint"), checkpoint.WithRules(cfg.CriticalRules()))
 	if err != nil {
 		bounded.Close()
+		killer.Close()
 		return guardParts{}, err
 	}
 	var st guard.Store = store
 	if m != nil {
 		st = m.InstrumentStore(store)
 	}
-	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, Killer: bounded, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
+	opts := guard.Options{Runtime: rt, Store: st, Evictor: ev, PodStats: bounded, Killer: killer, Log: logger.WithField("component", "guard"), Watchdog: watchdog}
 	if kc != nil {
 		opts.API, opts.Reporter = kc, kc
 	}
@@ -228,10 +234,11 @@ func newGuard(cfg config.Config, rt *runtimeproxy.Client, logger *logrus.Logger,
 	}, opts)
 	if err != nil {
 		bounded.Close()
+		killer.Close()
 		_ = store.Close()
 		return guardParts{}, err
 	}
-	return guardParts{loop: loop, ev: ev, store: store, bounded: bounded}, nil
+	return guardParts{loop: loop, ev: ev, store: store, bounded: bounded, killer: killer}, nil
 }
 
 // onPressure is the eviction manager's OnPressure: cri-guard's node

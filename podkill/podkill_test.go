@@ -1,4 +1,4 @@
-package pressure
+package podkill
 
 import (
 	"errors"
@@ -9,18 +9,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // TestKillPodRefusesOutsidePods: only a cgroup strictly under the pods
 // cgroup is ever signalled.
 func TestKillPodRefusesOutsidePods(t *testing.T) {
-	s := &Sampler{podsGroup: "/kubepods", layout: layout{memoryVersion: 1, memoryDir: t.TempDir()}}
+	s := New(t.TempDir(), 1, "/kubepods")
 	for _, parent := range []string{"/kubepods", "/kubepods2/pod1", "/system.slice/pod1", "/kubepods/../x"} {
 		if _, err := s.KillPod(parent); err == nil {
 			t.Errorf("KillPod(%q) signalled, want a refusal", parent)
 		}
 	}
-	if _, err := (&Sampler{layout: layout{memoryVersion: 1}}).KillPod("/kubepods/pod1"); !errors.Is(err, ErrNotAPodCgroup) {
+	if _, err := New("", 1, "").KillPod("/kubepods/pod1"); !errors.Is(err, ErrNotAPodCgroup) {
 		t.Errorf("no pods cgroup: err = %v, want ErrNotAPodCgroup", err)
 	}
 }
@@ -34,14 +36,15 @@ func TestKillPodV1(t *testing.T) {
 		t.Skip("no cgroup v1 memory hierarchy")
 	}
 	pods, victim, bystander := startPodProcesses(t, root, "/cri-guard-kill-test-")
-	s, err := NewSampler(SamplerConfig{PodsCgroup: pods})
+	sampler, err := pressure.NewSampler(pressure.SamplerConfig{PodsCgroup: pods})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.layout.memoryVersion != 1 {
-		t.Skipf("memory controller is v%d here", s.layout.memoryVersion)
+	dir, version, podsGroup := sampler.MemoryCgroup()
+	if version != 1 {
+		t.Skipf("memory controller is v%d here", version)
 	}
-	b := NewBounded(s, time.Second) // as the daemon calls it
+	b := NewBounded(New(dir, version, podsGroup), time.Second) // as the daemon calls it
 	defer b.Close()
 	n, err := b.KillPod(pods + "/pod-a")
 	if err != nil || n != 1 {
@@ -121,7 +124,7 @@ func wantKilledAlone(t *testing.T, victim, bystander *exec.Cmd) {
 // signalled instead.
 func TestKillPodV2(t *testing.T) {
 	root := t.TempDir()
-	s := &Sampler{podsGroup: "/kubepods.slice", layout: layout{memoryVersion: 2, memoryDir: root, unifiedDir: root}}
+	s := New(root, 2, "/kubepods.slice")
 	pod := filepath.Join(root, "kubepods.slice", "kubepods-besteffort.slice", "kubepods-besteffort-podx.slice")
 	if err := os.MkdirAll(filepath.Join(pod, "cri-containerd-c1.scope"), 0o755); err != nil {
 		t.Fatal(err)
@@ -179,7 +182,7 @@ func TestKillPodCgroupKill(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(unified, pods, "pod-a", "cgroup.kill")); err != nil {
 		t.Skipf("no cgroup.kill (Linux before 5.14): %v", err)
 	}
-	s := &Sampler{podsGroup: pods, layout: layout{memoryVersion: 2, memoryDir: unified, unifiedDir: unified}}
+	s := New(unified, 2, pods)
 	if n, err := s.KillPod(pods + "/pod-a"); err != nil || n != -1 {
 		t.Fatalf("KillPod = %d, %v; want -1 (cgroup.kill)", n, err)
 	}

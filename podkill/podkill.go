@@ -1,4 +1,4 @@
-package pressure
+package podkill
 
 import (
 	"bytes"
@@ -11,12 +11,30 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cri-guard/cri-guard/pressure"
 )
 
 // ErrNotAPodCgroup is returned by KillPod for a cgroup that is not strictly
 // under the pods cgroup (or when no pods cgroup is configured): nothing
 // else is ever signalled.
 var ErrNotAPodCgroup = errors.New("not a cgroup under the pods cgroup")
+
+// Killer kills pod cgroups' processes in the hierarchy that holds the
+// memory controller, where the pods' processes surely are.
+type Killer struct {
+	memoryDir     string // mount point of the hierarchy with memory
+	memoryVersion int    // 2, 1 or 0 (no memory controller found)
+	podsGroup     string // the pods cgroup's path in it, "" if none
+}
+
+// New returns a Killer for the memory hierarchy mounted at memoryDir, of
+// cgroup version memoryVersion (0: none), whose pods cgroup is podsGroup
+// ("" when none is configured: then every kill is refused), as
+// pressure.Sampler.MemoryCgroup says.
+func New(memoryDir string, memoryVersion int, podsGroup string) *Killer {
+	return &Killer{memoryDir: memoryDir, memoryVersion: memoryVersion, podsGroup: podsGroup}
+}
 
 // KillPod kills every process of a pod cgroup (named by its CRI cgroup
 // parent) at once with SIGKILL, past the runtime: the sync loop's grace cut
@@ -32,16 +50,16 @@ var ErrNotAPodCgroup = errors.New("not a cgroup under the pods cgroup")
 // processes it signalled (-1 with cgroup.kill, which does not say). The
 // runtime sees the containers exit and the stop under way completes as
 // usual. It refuses a group that is not strictly under the pods cgroup.
-func (s *Sampler) KillPod(cgroupParent string) (int, error) {
-	group, err := CgroupPath(cgroupParent)
+func (k *Killer) KillPod(cgroupParent string) (int, error) {
+	group, err := pressure.CgroupPath(cgroupParent)
 	if err != nil {
 		return 0, fmt.Errorf("kill pod: %w", err)
 	}
-	if s.podsGroup == "" || !strings.HasPrefix(group, strings.TrimSuffix(s.podsGroup, "/")+"/") {
-		return 0, fmt.Errorf("kill pod %q: %w %q", cgroupParent, ErrNotAPodCgroup, s.podsGroup)
+	if k.podsGroup == "" || !strings.HasPrefix(group, strings.TrimSuffix(k.podsGroup, "/")+"/") {
+		return 0, fmt.Errorf("kill pod %q: %w %q", cgroupParent, ErrNotAPodCgroup, k.podsGroup)
 	}
-	dir := filepath.Join(s.layout.memoryDir, group)
-	switch s.layout.memoryVersion {
+	dir := filepath.Join(k.memoryDir, group)
+	switch k.memoryVersion {
 	case 2:
 		err := writeExisting(filepath.Join(dir, "cgroup.kill"), "1")
 		if err == nil {
