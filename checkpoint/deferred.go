@@ -185,9 +185,6 @@ func (d *Deferred) Available() bool {
 	return d.s != nil
 }
 
-// Dir returns the checkpoint directory.
-func (d *Deferred) Dir() string { return d.dir }
-
 // store returns the open store, or nil and why it is not open.
 func (d *Deferred) store() (*Store, error) {
 	d.mu.RLock()

@@ -52,7 +52,6 @@ type Client struct {
 	endpoint string
 	conn     *grpc.ClientConn
 	runtime  runtimeapi.RuntimeServiceClient
-	image    runtimeapi.ImageServiceClient
 	log      *logrus.Entry
 	rawOpts  []grpc.CallOption
 }
@@ -95,7 +94,6 @@ func New(cfg Config, log *logrus.Entry) (*Client, error) {
 		endpoint: target,
 		conn:     conn,
 		runtime:  runtimeapi.NewRuntimeServiceClient(conn),
-		image:    runtimeapi.NewImageServiceClient(conn),
 		log:      log,
 		rawOpts:  []grpc.CallOption{grpc.ForceCodecV2(Codec{})},
 	}, nil
@@ -136,9 +134,6 @@ func (c *Client) WaitForStateChange(ctx context.Context, s connectivity.State) b
 // errors are not rewritten by Client.
 func (c *Client) Runtime() runtimeapi.RuntimeServiceClient { return c.runtime }
 
-// Image returns a typed ImageService client on the same connection.
-func (c *Client) Image() runtimeapi.ImageServiceClient { return c.image }
-
 // Close closes the connection. It is idempotent.
 func (c *Client) Close() error {
 	if err := c.conn.Close(); err != nil && status.Code(err) != codes.Canceled {
@@ -159,8 +154,7 @@ func (c *Client) Invoke(ctx context.Context, method string, req, resp *Frame, op
 }
 
 // NewStream opens a raw stream for any method; messages are *Frame. Its errors
-// are mapped like Invoke's at creation; RecvMsg errors are passed through
-// MapError by the caller if needed.
+// are mapped like Invoke's at creation; RecvMsg's come back unchanged.
 func (c *Client) NewStream(ctx context.Context, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	o := append(append(make([]grpc.CallOption, 0, len(opts)+1), c.rawOpts...), opts...)
 	// Every raw stream is bidirectional: a unary or server-streaming method
@@ -171,13 +165,6 @@ func (c *Client) NewStream(ctx context.Context, method string, opts ...grpc.Call
 	}
 	return cs, nil
 }
-
-// MapError rewrites a transport-level Unavailable (the runtime socket could not
-// be reached, or the connection broke under the call) into one that names the
-// endpoint and matches ErrTransport; every other error, including an
-// Unavailable containerd itself returned while connected, is returned
-// unchanged.
-func (c *Client) MapError(err error) error { return c.mapErr(err) }
 
 // ErrTransport is matched (errors.Is) by the error of a call that failed in
 // gRPC's transport rather than with a status the runtime sent: the runtime
@@ -193,6 +180,11 @@ func (e *transportError) Error() string              { return e.st.Err().Error()
 func (e *transportError) GRPCStatus() *status.Status { return e.st }
 func (e *transportError) Is(target error) bool       { return target == ErrTransport }
 
+// mapErr rewrites a transport-level Unavailable (the runtime socket could not
+// be reached, or the connection broke under the call) into one that names the
+// endpoint and matches ErrTransport; every other error, including an
+// Unavailable containerd itself returned while connected, is returned
+// unchanged.
 func (c *Client) mapErr(err error) error {
 	if err == nil {
 		return nil

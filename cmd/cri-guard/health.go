@@ -64,13 +64,6 @@ func (h *health) Problems() []string {
 	return out
 }
 
-// Count is the number of degraded parts.
-func (h *health) Count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.parts)
-}
-
 func (h *health) publish() {
 	if h.status == nil {
 		return
