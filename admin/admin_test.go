@@ -170,7 +170,7 @@ func TestServeAndFetch(t *testing.T) {
 	path := filepath.Join(dir, "run", "admin.sock")
 	src := testSources(t)
 	serve(t, path, src)
-	for p, want := range map[string]os.FileMode{path: SocketMode, filepath.Dir(path): DirMode} {
+	for p, want := range map[string]os.FileMode{path: socketMode, filepath.Dir(path): dirMode} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +212,7 @@ func TestFetchNotRunning(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Fetch(context.Background(), tt.path)
-			if !errors.Is(err, ErrNotRunning) || err.Error() != tt.want {
+			if !errors.Is(err, errNotRunning) || err.Error() != tt.want {
 				t.Errorf("err %v, want %q", err, tt.want)
 			}
 		})

@@ -12,17 +12,17 @@ import (
 	"syscall"
 )
 
-// ErrNotRunning is returned by Fetch when no cri-guard answers on the socket.
-var ErrNotRunning = errors.New("is cri-guard running?")
+// errNotRunning is returned by Fetch when no cri-guard answers on the socket.
+var errNotRunning = errors.New("is cri-guard running?")
 
 // Fetch gets the status document from the admin socket at path. When the
-// socket is missing or nobody listens on it the error wraps ErrNotRunning
+// socket is missing or nobody listens on it the error wraps errNotRunning
 // and says so: "is cri-guard running? no admin socket at /run/...".
 func Fetch(ctx context.Context, path string) (Status, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return Status{}, fmt.Errorf("%w no admin socket at %s", ErrNotRunning, path)
+		return Status{}, fmt.Errorf("%w no admin socket at %s", errNotRunning, path)
 	}
-	body, err := get(ctx, path, StatusPath)
+	body, err := get(ctx, path, statusPath)
 	if err != nil {
 		return Status{}, err
 	}
@@ -36,9 +36,9 @@ func Fetch(ctx context.Context, path string) (Status, error) {
 // FetchRaw returns the status document as the server sent it (JSON).
 func FetchRaw(ctx context.Context, path string) ([]byte, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w no admin socket at %s", ErrNotRunning, path)
+		return nil, fmt.Errorf("%w no admin socket at %s", errNotRunning, path)
 	}
-	return get(ctx, path, StatusPath)
+	return get(ctx, path, statusPath)
 }
 
 func get(ctx context.Context, socket, p string) ([]byte, error) {
@@ -56,7 +56,7 @@ func get(ctx context.Context, socket, p string) ([]byte, error) {
 	resp, err := c.Do(req)
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w nothing listens on the admin socket at %s", ErrNotRunning, socket)
+			return nil, fmt.Errorf("%w nothing listens on the admin socket at %s", errNotRunning, socket)
 		}
 		return nil, fmt.Errorf("get %s from %s: %w", p, socket, err)
 	}

@@ -13,23 +13,23 @@ import (
 	"github.com/cri-guard/cri-guard/internal/unixsock"
 )
 
-// StatusPath is the HTTP path of the status document.
-const StatusPath = "/status"
+// statusPath is the HTTP path of the status document.
+const statusPath = "/status"
 
 // Socket and directory modes: only root may talk to cri-guard.
 const (
-	SocketMode = 0o600
-	DirMode    = 0o750
+	socketMode = 0o600
+	dirMode    = 0o750
 )
 
 // Listen opens the admin unix socket at path with the rules of
-// unixsock.Listen (the CRI socket's): the directory is created with DirMode
+// unixsock.Listen (the CRI socket's): the directory is created with dirMode
 // when missing, an existing one must be root's or cri-guard's user's and is
 // made writable by them only (a warning on log says so), a stale socket
 // nobody listens on is replaced, anything else at path is an error, and
-// the socket gets SocketMode.
+// the socket gets socketMode.
 func Listen(path string, log *logrus.Entry) (net.Listener, error) {
-	l, err := unixsock.Listen(path, DirMode, SocketMode, log)
+	l, err := unixsock.Listen(path, dirMode, socketMode, log)
 	if err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
@@ -39,7 +39,7 @@ func Listen(path string, log *logrus.Entry) (net.Listener, error) {
 // Handler serves GET /status with the document status returns.
 func Handler(status func() Status) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+StatusPath, func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET "+statusPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

@@ -60,7 +60,7 @@ type StoreState struct {
 // returns a Deferred that serves without the directory and retries
 // opening it in the background (Close ends the retries). It returns an
 // error only for an empty dir and for a lock another process holds
-// (ErrLocked): two cri-guards writing one directory would each drop the
+// (errLocked): two cri-guards writing one directory would each drop the
 // other's records as stale, and the one holding the lock serves the node
 // already; systemd restarts this one until the lock is free.
 func OpenDeferred(dir string, log *logrus.Entry, opts ...Option) (*Deferred, error) {
@@ -91,7 +91,7 @@ func newDeferred(dir string, log *logrus.Entry, open func() (*Store, error), now
 	case err == nil:
 		d.s = s
 		return d, nil
-	case errors.Is(err, ErrLocked):
+	case errors.Is(err, errLocked):
 		return nil, err
 	}
 	d.cause, d.since = err, now()
@@ -141,7 +141,7 @@ func (d *Deferred) tryOpen() bool {
 		d.mu.Unlock()
 		log := d.log.WithError(err).WithField("path", d.dir)
 		switch {
-		case errors.Is(err, ErrLocked):
+		case errors.Is(err, errLocked):
 			log.Error("checkpoint store still unavailable: another cri-guard holds the state directory's lock")
 		case prev == nil || prev.Error() != err.Error():
 			log.Warn("checkpoint store still unavailable, for another reason")

@@ -118,7 +118,7 @@ func TestDeferredLockIsADirectory(t *testing.T) {
 	if err != nil || strings.Join(uids, ",") != "u2,u3" {
 		t.Fatalf("records once open = %v, %v; want u2,u3 (u1 deleted while unavailable)", uids, err)
 	}
-	if _, err := New(dir, nil); !errors.Is(err, ErrLocked) {
+	if _, err := New(dir, nil); !errors.Is(err, errLocked) {
 		t.Fatalf("second store on the opened directory = %v, want ErrLocked", err)
 	}
 }
@@ -197,7 +197,7 @@ func TestDeferredReadOnly(t *testing.T) {
 func TestDeferredLockHeld(t *testing.T) {
 	s, _ := newStore(t)
 	_, _, err := deferredOn(t, s.Dir(), nil)
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "another cri-guard uses it") {
+	if !errors.Is(err, errLocked) || !strings.Contains(err.Error(), "another cri-guard uses it") {
 		t.Fatalf("OpenDeferred on a directory locked by another store = %v, want ErrLocked", err)
 	}
 	_ = s.Close()

@@ -10,14 +10,14 @@
 // Writes are atomic (unique temp file in the same directory, write, fsync,
 // rename, fsync the directory). A file that is corrupt, truncated, fails its
 // checksum or has an unknown version is moved to "<dir>/quarantine/" and
-// logged; it never stops the store. A file over MaxRecordSize is
+// logged; it never stops the store. A file over maxRecordSize is
 // quarantined without being read whole. A record that would be larger is
 // written without its largest labels and annotations, never those the
 // critical rules classify the pod by (WithRules: the configured priority
 // key included) nor the grace period's.
 //
 // One store per directory: New takes an exclusive flock on "<dir>/.lock"
-// (a second cri-guard on the same state directory is refused: ErrLocked)
+// (a second cri-guard on the same state directory is refused: errLocked)
 // and warns when the directory is a symlink or writable by others. Close
 // releases it. A directory that cannot be opened for any other reason (a
 // read-only file system, a path that cannot be created, a ".lock" that

@@ -12,7 +12,7 @@ import (
 type Option func(*Store)
 
 // WithRules says by which critical rules the records' pods are classified:
-// a record trimmed to fit MaxRecordSize keeps the annotations these rules
+// a record trimmed to fit maxRecordSize keeps the annotations these rules
 // read (Rules.Annotations, the configured priority key included). Without
 // it, the default rules'.
 func WithRules(r pod.CriticalRules) Option {
@@ -26,7 +26,7 @@ func keptAnnotations(r pod.CriticalRules) []string {
 	return append(r.Annotations(), pod.AnnotationTerminationGracePeriod)
 }
 
-// fit encodes r within MaxRecordSize by leaving out its largest labels and
+// fit encodes r within maxRecordSize by leaving out its largest labels and
 // annotations first, never the kept ones (WithRules).
 func (s *Store) fit(r Record) ([]byte, error) {
 	type entry struct {
@@ -48,10 +48,10 @@ func (s *Store) fit(r Record) ([]byte, error) {
 	trimmed.Pod.Labels, trimmed.Pod.Annotations = maps.Clone(r.Pod.Labels), maps.Clone(r.Pod.Annotations)
 	data, err := encode(trimmed)
 	dropped := 0
-	for err == nil && len(data) > MaxRecordSize && dropped < len(entries) {
+	for err == nil && len(data) > maxRecordSize && dropped < len(entries) {
 		// drop the largest entries worth the excess (JSON escaping can
 		// make an entry take more room than its bytes), then measure again
-		excess := len(data) - MaxRecordSize
+		excess := len(data) - maxRecordSize
 		for freed := 0; freed < excess && dropped < len(entries); dropped++ {
 			e := entries[dropped]
 			if e.label {
@@ -66,8 +66,8 @@ func (s *Store) fit(r Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxRecordSize {
-		return nil, fmt.Errorf("put checkpoint %q: %d bytes without its labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), MaxRecordSize)
+	if len(data) > maxRecordSize {
+		return nil, fmt.Errorf("put checkpoint %q: %d bytes without its labels and annotations, over the %d-byte record limit", r.Pod.Key(), len(data), maxRecordSize)
 	}
 	s.log.WithField("pod_uid", r.Pod.UID).WithField("left_out", dropped).
 		Warn("checkpoint record over the size limit: its largest labels and annotations left out (restore takes them from containerd)")

@@ -9,7 +9,7 @@ import (
 )
 
 // TestPutFitsHugeConfigs: a pod with megabytes of annotations (legal for
-// containerd) gets a record within MaxRecordSize that is read back (not
+// containerd) gets a record within maxRecordSize that is read back (not
 // quarantined), its small annotations kept.
 func TestPutFitsHugeConfigs(t *testing.T) {
 	s, err := New(t.TempDir(), nil)
@@ -37,7 +37,7 @@ func TestPutFitsHugeConfigs(t *testing.T) {
 }
 
 // TestPutFitsManySmallEntries: labels and annotations each small but over
-// MaxRecordSize together: the largest are left out, the ones the critical
+// maxRecordSize together: the largest are left out, the ones the critical
 // rules classify by are kept.
 func TestPutFitsManySmallEntries(t *testing.T) {
 	s, err := New(t.TempDir(), nil, WithRules(pod.CriticalRules{PriorityAnnotation: pod.PolicyPriorityAnnotation}))

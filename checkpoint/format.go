@@ -12,8 +12,8 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// Version is the envelope version this package writes and reads.
-const Version = 1
+// version is the envelope version this package writes and reads.
+const version = 1
 
 // checksumPrefix names the checksum algorithm in the envelope.
 const checksumPrefix = "sha256:"
@@ -49,35 +49,35 @@ func encode(r Record) ([]byte, error) {
 	sum := sha256.Sum256(payload)
 	var b bytes.Buffer
 	b.Grow(len(payload) + 128)
-	fmt.Fprintf(&b, `{"version":%d,"checksum":"%s%s","payload":`, Version, checksumPrefix, hex.EncodeToString(sum[:]))
+	fmt.Fprintf(&b, `{"version":%d,"checksum":"%s%s","payload":`, version, checksumPrefix, hex.EncodeToString(sum[:]))
 	b.Write(payload)
 	b.WriteString("}\n")
 	return b.Bytes(), nil
 }
 
-// decode parses and verifies an envelope. Every failure wraps ErrCorrupt.
+// decode parses and verifies an envelope. Every failure wraps errCorrupt.
 func decode(data []byte) (Record, error) {
 	var env envelope
 	if err := json.Unmarshal(data, &env); err != nil {
-		return Record{}, fmt.Errorf("%w: envelope: %v", ErrCorrupt, err)
+		return Record{}, fmt.Errorf("%w: envelope: %v", errCorrupt, err)
 	}
-	if env.Version != Version {
-		return Record{}, fmt.Errorf("%w: unknown version %d", ErrCorrupt, env.Version)
+	if env.Version != version {
+		return Record{}, fmt.Errorf("%w: unknown version %d", errCorrupt, env.Version)
 	}
 	want, ok := bytes.CutPrefix([]byte(env.Checksum), []byte(checksumPrefix))
 	if !ok {
-		return Record{}, fmt.Errorf("%w: checksum %q: unknown algorithm", ErrCorrupt, env.Checksum)
+		return Record{}, fmt.Errorf("%w: checksum %q: unknown algorithm", errCorrupt, env.Checksum)
 	}
 	sum := sha256.Sum256(env.Payload)
 	if hex.EncodeToString(sum[:]) != string(want) {
-		return Record{}, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+		return Record{}, fmt.Errorf("%w: checksum mismatch", errCorrupt)
 	}
 	var r Record
 	if err := json.Unmarshal(env.Payload, &r); err != nil {
-		return Record{}, fmt.Errorf("%w: payload: %v", ErrCorrupt, err)
+		return Record{}, fmt.Errorf("%w: payload: %v", errCorrupt, err)
 	}
 	if err := validate(r); err != nil {
-		return Record{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return Record{}, fmt.Errorf("%w: %v", errCorrupt, err)
 	}
 	return r, nil
 }
@@ -99,14 +99,14 @@ func validate(r Record) error {
 var (
 	// ErrNotFound: no record for the key.
 	ErrNotFound = errors.New("checkpoint not found")
-	// ErrCorrupt: the file exists but cannot be trusted (bad JSON,
+	// errCorrupt: the file exists but cannot be trusted (bad JSON,
 	// truncated, checksum mismatch, unknown version, invalid content).
-	ErrCorrupt = errors.New("checkpoint corrupt")
-	// ErrInvalidKey: the pod UID or key cannot name a checkpoint file.
-	ErrInvalidKey = errors.New("invalid checkpoint key")
-	// ErrLocked: another process holds the state directory's lock (another
+	errCorrupt = errors.New("checkpoint corrupt")
+	// errInvalidKey: the pod UID or key cannot name a checkpoint file.
+	errInvalidKey = errors.New("invalid checkpoint key")
+	// errLocked: another process holds the state directory's lock (another
 	// cri-guard uses the directory).
-	ErrLocked = errors.New("lock held")
+	errLocked = errors.New("lock held")
 	// ErrUnavailable: the state directory is not open (Deferred): nothing
 	// was written; the caller keeps the record and writes it again.
 	ErrUnavailable = errors.New("checkpoint store unavailable")

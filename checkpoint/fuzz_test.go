@@ -12,7 +12,7 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// FuzzDecode: decode never panics, fails only with ErrCorrupt, and whatever
+// FuzzDecode: decode never panics, fails only with errCorrupt, and whatever
 // it accepts re-encodes to a file it accepts again, unchanged. Each input is
 // tried as a whole file and, since a fuzzer cannot forge SHA-256, also as the
 // payload of an envelope with a correct checksum.
@@ -47,7 +47,7 @@ func checkDecode(t *testing.T, data []byte) {
 	t.Helper()
 	r, err := decode(data)
 	if err != nil {
-		if !errors.Is(err, ErrCorrupt) {
+		if !errors.Is(err, errCorrupt) {
 			t.Fatalf("decode error %v does not wrap ErrCorrupt", err)
 		}
 		return

@@ -18,14 +18,14 @@ const (
 // other names.
 func checkUID(uid string) error {
 	if uid == "" || len(uid) > maxUIDBytes || uid[0] == '.' {
-		return fmt.Errorf("pod uid %q: %w", uid, ErrInvalidKey)
+		return fmt.Errorf("pod uid %q: %w", uid, errInvalidKey)
 	}
 	for i := 0; i < len(uid); i++ {
 		c := uid[i]
 		switch {
 		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == ':':
 		default:
-			return fmt.Errorf("pod uid %q: %w", uid, ErrInvalidKey)
+			return fmt.Errorf("pod uid %q: %w", uid, errInvalidKey)
 		}
 	}
 	return nil
@@ -43,11 +43,11 @@ func fileName(uid string, attempt uint32) (string, error) {
 func keyFileName(key string) (string, error) {
 	i := strings.LastIndexByte(key, '/')
 	if i < 0 {
-		return "", fmt.Errorf("key %q: %w", key, ErrInvalidKey)
+		return "", fmt.Errorf("key %q: %w", key, errInvalidKey)
 	}
 	attempt, err := strconv.ParseUint(key[i+1:], 10, 32)
 	if err != nil {
-		return "", fmt.Errorf("key %q: %w", key, ErrInvalidKey)
+		return "", fmt.Errorf("key %q: %w", key, errInvalidKey)
 	}
 	return fileName(key[:i], uint32(attempt))
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/cri-guard/cri-guard/pod"
 )
 
-// QuarantineDir is the subdirectory corrupt checkpoint files are moved to.
-const QuarantineDir = "quarantine"
+// quarantineDir is the subdirectory corrupt checkpoint files are moved to.
+const quarantineDir = "quarantine"
 
 // lockStripes is the number of per-file-name locks. Writers of different
 // keys rarely share one; writers of the same key always do.
@@ -42,9 +42,9 @@ type Store struct {
 // lockFile is the file whose flock marks the directory as in use.
 const lockFile = ".lock"
 
-// MaxRecordSize bounds a record file: a real one is a few KiB; a larger
+// maxRecordSize bounds a record file: a real one is a few KiB; a larger
 // file in the directory is quarantined unread, never loaded whole.
-const MaxRecordSize = 1 << 20
+const maxRecordSize = 1 << 20
 
 // Close releases the directory's lock; idempotent.
 func (s *Store) Close() error {
@@ -91,7 +91,7 @@ func New(dir string, log *logrus.Entry, opts ...Option) (*Store, error) {
 	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lf.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("lock checkpoint dir %q: %w (another cri-guard uses it)", dir, ErrLocked)
+			return nil, fmt.Errorf("lock checkpoint dir %q: %w (another cri-guard uses it)", dir, errLocked)
 		}
 		return nil, fmt.Errorf("lock checkpoint dir %q: %w", dir, err)
 	}
@@ -147,7 +147,7 @@ func (s *Store) Put(r Record) error {
 	if err != nil {
 		return err
 	}
-	if len(data) > MaxRecordSize {
+	if len(data) > maxRecordSize {
 		// a sandbox config may be far larger (containerd takes megabytes
 		// of annotations); a record that large would be quarantined at
 		// the next start, its EvictedAt lost. What restore needs of the
@@ -211,14 +211,14 @@ func syncDir(dir string) error {
 // (a concurrent Put may have replaced it) and quarantined if still bad.
 func (s *Store) load(name string) (Record, error) {
 	r, err := s.read(name)
-	if err == nil || !errors.Is(err, ErrCorrupt) {
+	if err == nil || !errors.Is(err, errCorrupt) {
 		return r, err
 	}
 	mu := s.lock(name)
 	mu.Lock()
 	defer mu.Unlock()
 	r, err = s.read(name)
-	if err == nil || !errors.Is(err, ErrCorrupt) {
+	if err == nil || !errors.Is(err, errCorrupt) {
 		return r, err
 	}
 	s.quarantine(name, err)
@@ -235,19 +235,19 @@ func (s *Store) read(name string) (Record, error) {
 		return Record{}, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxRecordSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {
 		return Record{}, err
 	}
-	if len(data) > MaxRecordSize {
-		return Record{}, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, MaxRecordSize)
+	if len(data) > maxRecordSize {
+		return Record{}, fmt.Errorf("%w: larger than %d bytes", errCorrupt, maxRecordSize)
 	}
 	r, err := decode(data)
 	if err != nil {
 		return Record{}, err
 	}
 	if want, _ := fileName(r.Pod.UID, r.Pod.Attempt); want != name {
-		return Record{}, fmt.Errorf("%w: record %q stored as %q", ErrCorrupt, r.Pod.Key(), name)
+		return Record{}, fmt.Errorf("%w: record %q stored as %q", errCorrupt, r.Pod.Key(), name)
 	}
 	return r, nil
 }
@@ -257,7 +257,7 @@ func (s *Store) read(name string) (Record, error) {
 // cannot be moved is reported again on the next List.
 func (s *Store) quarantine(name string, cause error) {
 	src := filepath.Join(s.dir, name)
-	qdir := filepath.Join(s.dir, QuarantineDir)
+	qdir := filepath.Join(s.dir, quarantineDir)
 	dst := filepath.Join(qdir, name+"."+strconv.FormatInt(s.now().UnixNano(), 10))
 	for i := 1; ; i++ { // never overwrite an earlier quarantined file
 		if _, err := os.Lstat(dst); errors.Is(err, fs.ErrNotExist) || i > 1000 {
@@ -300,7 +300,7 @@ func (s *Store) List() ([]Record, error) {
 		switch {
 		case err == nil:
 			out = append(out, r)
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrCorrupt):
+		case errors.Is(err, ErrNotFound), errors.Is(err, errCorrupt):
 			// Deleted meanwhile, or quarantined by load.
 		default:
 			s.log.WithField("path", filepath.Join(s.dir, e.Name())).WithError(err).Error("cannot read checkpoint")

@@ -100,14 +100,14 @@ func TestInvalidKeys(t *testing.T) {
 	s, _ := newStore(t)
 	for _, uid := range []string{"", "../etc", "a/b", `a\b`, ".hidden", "a b", "a\x00b", strings.Repeat("u", 201)} {
 		t.Run(fmt.Sprintf("put %q", uid), func(t *testing.T) {
-			if err := s.Put(testRecord(uid, 0, t0)); !errors.Is(err, ErrInvalidKey) {
+			if err := s.Put(testRecord(uid, 0, t0)); !errors.Is(err, errInvalidKey) {
 				t.Errorf("Put(uid %q) = %v, want ErrInvalidKey", uid, err)
 			}
 		})
 	}
 	for _, key := range []string{"", "nokey", "u/x", "u/-1", "u/4294967296", "../x/1", "/1"} {
 		t.Run(fmt.Sprintf("delete %q", key), func(t *testing.T) {
-			if err := s.Delete(key); !errors.Is(err, ErrInvalidKey) {
+			if err := s.Delete(key); !errors.Is(err, errInvalidKey) {
 				t.Errorf("Delete(%q) = %v, want ErrInvalidKey", key, err)
 			}
 		})
@@ -167,7 +167,7 @@ func TestCorruptFileQuarantined(t *testing.T) {
 			if _, err := os.Stat(path); !os.IsNotExist(err) {
 				t.Errorf("corrupt file still in place: %v", err)
 			}
-			q, _ := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_1.json.*"))
+			q, _ := filepath.Glob(filepath.Join(s.Dir(), quarantineDir, "u1_1.json.*"))
 			if len(q) != 1 {
 				t.Errorf("quarantine holds %v, want one u1_1.json.*", q)
 			}
@@ -177,7 +177,7 @@ func TestCorruptFileQuarantined(t *testing.T) {
 			if got := list(t, s); len(got) != 0 {
 				t.Errorf("second List = %+v, want none", got)
 			}
-			if q, _ := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_1.json.*")); len(q) != 1 {
+			if q, _ := filepath.Glob(filepath.Join(s.Dir(), quarantineDir, "u1_1.json.*")); len(q) != 1 {
 				t.Errorf("after a second List quarantine holds %v, want one file", q)
 			}
 		})
@@ -215,7 +215,7 @@ func TestListQuarantinesAndSorts(t *testing.T) {
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("List keys = %v, want %v", keys, want)
 	}
-	q, _ := os.ReadDir(filepath.Join(s.Dir(), QuarantineDir))
+	q, _ := os.ReadDir(filepath.Join(s.Dir(), quarantineDir))
 	if len(q) != len(corruptions) {
 		t.Errorf("quarantined %d files, want %d", len(q), len(corruptions))
 	}
@@ -294,7 +294,7 @@ func TestConcurrentWriters(t *testing.T) {
 	if len(got) != writers*3+1 {
 		t.Errorf("List = %d records, want %d", len(got), writers*3+1)
 	}
-	if q, _ := os.ReadDir(filepath.Join(s.Dir(), QuarantineDir)); len(q) != 0 {
+	if q, _ := os.ReadDir(filepath.Join(s.Dir(), quarantineDir)); len(q) != 0 {
 		t.Errorf("concurrent writes quarantined %d files", len(q))
 	}
 	entries, _ := os.ReadDir(s.Dir())
@@ -316,7 +316,7 @@ func TestQuarantineKeepsEarlierFiles(t *testing.T) {
 			t.Fatalf("List #%d = %+v, want the corrupt record left out", i, got)
 		}
 	}
-	q, err := filepath.Glob(filepath.Join(s.Dir(), QuarantineDir, "u1_0.json.*"))
+	q, err := filepath.Glob(filepath.Join(s.Dir(), quarantineDir, "u1_0.json.*"))
 	if err != nil || len(q) != 2 {
 		t.Fatalf("quarantine = %v, %v; want 2 files", q, err)
 	}
@@ -339,7 +339,7 @@ func TestStateDirTrust(t *testing.T) {
 		t.Fatalf("second store on the same directory: %v, want refused", err)
 	}
 	big := filepath.Join(s.Dir(), "u9_0.json")
-	if err := os.WriteFile(big, make([]byte, MaxRecordSize+10), 0o600); err != nil {
+	if err := os.WriteFile(big, make([]byte, maxRecordSize+10), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if recs, err := s.List(); err != nil || len(recs) != 0 {

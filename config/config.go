@@ -120,59 +120,59 @@ type Kubernetes struct {
 // --admin, cri-guard-bench's --runtime-endpoint, the sampler's roots):
 // Default is built from them, and they are the only definition.
 const (
-	DefaultListen               = "/run/cri-guard/cri-guard.sock"
+	defaultListen               = "/run/cri-guard/cri-guard.sock"
 	DefaultRuntimeEndpoint      = "/run/containerd/containerd.sock"
-	DefaultStateDir             = "/var/lib/cri-guard"
-	DefaultCgroupRoot           = pressure.DefaultCgroupRoot
-	DefaultProcRoot             = pressure.DefaultProcRoot
-	DefaultHousekeepingInterval = 10 * time.Second
-	// DefaultPSITrigger is a 1 s window: the kernel takes it from a process
+	defaultStateDir             = "/var/lib/cri-guard"
+	defaultCgroupRoot           = pressure.DefaultCgroupRoot
+	defaultProcRoot             = pressure.DefaultProcRoot
+	defaultHousekeepingInterval = 10 * time.Second
+	// defaultPSITrigger is a 1 s window: the kernel takes it from a process
 	// with CAP_SYS_RESOURCE (root under systemd); without it the loop arms
 	// "some 100000 2000000" instead (pressure.WidenTriggerSpec).
-	DefaultPSITrigger     = "some 50000 1000000"
-	DefaultMetricsAddress = "127.0.0.1:9713"
+	defaultPSITrigger     = "some 50000 1000000"
+	defaultMetricsAddress = "127.0.0.1:9713"
 	DefaultAdminSocket    = "/run/cri-guard/admin.sock"
-	// DefaultNodeStatusHeartbeat is the kubelet's nodeStatusReportFrequency.
-	DefaultNodeStatusHeartbeat = 5 * time.Minute
-	// DefaultEvictionPressureTransitionPeriod is the kubelet's, which also
+	// defaultNodeStatusHeartbeat is the kubelet's nodeStatusReportFrequency.
+	defaultNodeStatusHeartbeat = 5 * time.Minute
+	// defaultEvictionPressureTransitionPeriod is the kubelet's, which also
 	// stands for a zero in the file (v1beta1 SetDefaults_KubeletConfiguration:
 	// a zero EvictionPressureTransitionPeriod becomes 5m).
-	DefaultEvictionPressureTransitionPeriod = 5 * time.Minute
+	defaultEvictionPressureTransitionPeriod = 5 * time.Minute
 )
 
 // Default returns the configuration cri-guard runs with when no file is given.
 func Default() Config {
 	return Config{
-		Listen:                           DefaultListen,
+		Listen:                           defaultListen,
 		RuntimeEndpoint:                  DefaultRuntimeEndpoint,
-		StateDir:                         DefaultStateDir,
-		CgroupRoot:                       DefaultCgroupRoot,
-		ProcRoot:                         DefaultProcRoot,
-		HousekeepingInterval:             Duration{DefaultHousekeepingInterval},
-		KubeletCompatibility:             DefaultKubeletCompatibility,
+		StateDir:                         defaultStateDir,
+		CgroupRoot:                       defaultCgroupRoot,
+		ProcRoot:                         defaultProcRoot,
+		HousekeepingInterval:             Duration{defaultHousekeepingInterval},
+		KubeletCompatibility:             defaultKubeletCompatibility,
 		EvictionHard:                     map[string]string{"memory.available": "100Mi"},
-		EvictionPressureTransitionPeriod: Duration{DefaultEvictionPressureTransitionPeriod},
+		EvictionPressureTransitionPeriod: Duration{defaultEvictionPressureTransitionPeriod},
 		EvictionMaxPodGracePeriod:        Duration{0}, // the kubelet's: no default in v1beta1
 		EnforceNodeAllocatable:           []string{"pods"},
-		PSITrigger:                       DefaultPSITrigger,
-		KernelMemcgNotification:          DefaultKernelMemcgNotification,
-		FastPoll:                         DefaultFastPoll(),
+		PSITrigger:                       defaultPSITrigger,
+		KernelMemcgNotification:          defaultKernelMemcgNotification,
+		FastPoll:                         defaultFastPoll(),
 		Critical:                         Critical{Rules: "modern"},
 		OnStatsError:                     "admit",
 		RestoredPods:                     "enforce",
-		MetricsAddress:                   DefaultMetricsAddress,
+		MetricsAddress:                   defaultMetricsAddress,
 		AdminSocket:                      DefaultAdminSocket,
 		Log:                              Log{Level: "info", Format: "text"},
-		Kubernetes:                       Kubernetes{NodeStatusHeartbeat: Duration{DefaultNodeStatusHeartbeat}},
+		Kubernetes:                       Kubernetes{NodeStatusHeartbeat: Duration{defaultNodeStatusHeartbeat}},
 	}
 }
 
-// ErrUnknownField is the problem of a key that names no setting. Load and
+// errUnknownField is the problem of a key that names no setting. Load and
 // check-config refuse it; the daemon's start and reload take the file
 // without the key (LoadLenient), as the kubelet's lenient decoding of its
 // own config file does, so that a key from a newer release after a
 // downgrade does not leave the node without a runtime.
-var ErrUnknownField = errors.New("unknown field")
+var errUnknownField = errors.New("unknown field")
 
 // removedKeys are the settings of earlier releases that are gone, each
 // with what took its place. A file that still sets one is loaded without
@@ -248,7 +248,7 @@ func parse(b []byte, lenient bool) (Config, []string, error) {
 			switch {
 			case errors.Is(e, errRemovedField):
 				warnings = append(warnings, e.Error()+": ignored")
-			case lenient && errors.Is(e, ErrUnknownField):
+			case lenient && errors.Is(e, errUnknownField):
 				warnings = append(warnings, e.Error()+": ignored")
 			default:
 				rest = append(rest, e)
@@ -275,7 +275,7 @@ func parse(b []byte, lenient bool) (Config, []string, error) {
 // (pkg/kubelet/apis/config/v1beta1/defaults.go).
 func (c *Config) applyKubeletDefaults() {
 	if c.EvictionPressureTransitionPeriod.Duration == 0 {
-		c.EvictionPressureTransitionPeriod.Duration = DefaultEvictionPressureTransitionPeriod
+		c.EvictionPressureTransitionPeriod.Duration = defaultEvictionPressureTransitionPeriod
 	}
 }
 
@@ -326,7 +326,7 @@ func (c Config) Validate() error {
 	}
 	if !c.KubeletCompatibility.valid() {
 		add("kubeletCompatibility", "must be %s, %s or %s (the kubelet release whose memory.available cri-guard computes), got %q",
-			Kubelet135, Kubelet136, Kubelet137, c.KubeletCompatibility)
+			kubelet135, kubelet136, kubelet137, c.KubeletCompatibility)
 	}
 	if c.EvictionPressureTransitionPeriod.Duration < 0 {
 		add("evictionPressureTransitionPeriod", "must not be negative")

@@ -201,7 +201,7 @@ func TestLoadLenient(t *testing.T) {
 		return p
 	}
 	unknown := write("unknown.yaml", "housekeepingInterval: 3s\nfutureSetting: 1\ncritical: {rules: modern, newRule: x}\n")
-	if _, err := Load(unknown); !errors.Is(err, ErrUnknownField) {
+	if _, err := Load(unknown); !errors.Is(err, errUnknownField) {
 		t.Fatalf("Load: %v, want an unknown field", err)
 	}
 	cfg, warnings, err := LoadLenient(unknown)
@@ -291,12 +291,12 @@ func TestKeys(t *testing.T) {
 	for _, k := range keys {
 		// a null may still be a bad value (a Duration's): only an
 		// unknown field says the key is not read
-		if _, err := Parse([]byte(nested(k, "null"))); errors.Is(err, ErrUnknownField) {
+		if _, err := Parse([]byte(nested(k, "null"))); errors.Is(err, errUnknownField) {
 			t.Errorf("Parse(%s: null): %v", k, err)
 		}
 	}
 	for _, k := range []string{"kubernetes.nope", "nope", "critical.rule"} {
-		if _, err := Parse([]byte(nested(k, "null"))); !errors.Is(err, ErrUnknownField) {
+		if _, err := Parse([]byte(nested(k, "null"))); !errors.Is(err, errUnknownField) {
 			t.Errorf("Parse(%s: null): %v, want an unknown field", k, err)
 		}
 	}

@@ -88,7 +88,7 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value) Errors {
 		}
 		i, ok := fields[k]
 		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %w", p, ErrUnknownField))
+			errs = append(errs, fmt.Errorf("%s: %w", p, errUnknownField))
 			continue
 		}
 		errs = append(errs, decodeValue(p, obj[k], v.Field(i))...)

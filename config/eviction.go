@@ -8,8 +8,8 @@ import (
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
-// ThresholdConfig returns the eviction settings in the pressure package's form.
-func (c Config) ThresholdConfig() pressure.ThresholdConfig {
+// thresholdConfig returns the eviction settings in the pressure package's form.
+func (c Config) thresholdConfig() pressure.ThresholdConfig {
 	return pressure.ThresholdConfig{
 		Hard:             c.EvictionHard,
 		Soft:             c.EvictionSoft,
@@ -25,7 +25,7 @@ func (c Config) ThresholdConfig() pressure.ThresholdConfig {
 
 // Thresholds parses the eviction thresholds; Validate has checked them.
 func (c Config) Thresholds() ([]pressure.Threshold, error) {
-	return pressure.ParseThresholds(c.ThresholdConfig())
+	return pressure.ParseThresholds(c.thresholdConfig())
 }
 
 // CriticalRules returns the critical-pod rules in the pod package's form.

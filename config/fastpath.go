@@ -27,18 +27,18 @@ type FastPoll struct {
 // The fast path defaults: on, cheap enough to leave on (docs/behaviour.md,
 // "Racing the OOM killer"; docs/benchmarks.md measures them).
 const (
-	DefaultKernelMemcgNotification = true
-	DefaultFastPollInterval        = 10 * time.Millisecond
-	DefaultFastPollWatch           = 200 * time.Millisecond
-	DefaultFastPollMargin          = "256Mi"
-	// DefaultFastPollMaxRate is above the fastest first touch of fresh
+	defaultKernelMemcgNotification = true
+	defaultFastPollInterval        = 10 * time.Millisecond
+	defaultFastPollWatch           = 200 * time.Millisecond
+	defaultFastPollMargin          = "256Mi"
+	// defaultFastPollMaxRate is above the fastest first touch of fresh
 	// memory measured on the machines of the race (1.6 GB/s).
-	DefaultFastPollMaxRate = "2Gi"
+	defaultFastPollMaxRate = "2Gi"
 )
 
-// DefaultFastPoll is the default fast poll.
-func DefaultFastPoll() FastPoll {
-	return FastPoll{Interval: Duration{DefaultFastPollInterval}, Watch: Duration{DefaultFastPollWatch}, Margin: DefaultFastPollMargin, MaxRate: DefaultFastPollMaxRate}
+// defaultFastPoll is the default fast poll.
+func defaultFastPoll() FastPoll {
+	return FastPoll{Interval: Duration{defaultFastPollInterval}, Watch: Duration{defaultFastPollWatch}, Margin: defaultFastPollMargin, MaxRate: defaultFastPollMaxRate}
 }
 
 // MaxRateBytes is the max rate in bytes per second; Validate has checked it.

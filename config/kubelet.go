@@ -15,11 +15,11 @@ type KubeletRelease string
 // (HugepageAwareEviction, beta and on by default in 1.37); up to 1.36 it
 // counts the pool as available.
 const (
-	Kubelet135 KubeletRelease = "1.35"
-	Kubelet136 KubeletRelease = "1.36"
-	Kubelet137 KubeletRelease = "1.37"
-	// DefaultKubeletCompatibility is the newest release cri-guard follows.
-	DefaultKubeletCompatibility = Kubelet137
+	kubelet135 KubeletRelease = "1.35"
+	kubelet136 KubeletRelease = "1.36"
+	kubelet137 KubeletRelease = "1.37"
+	// defaultKubeletCompatibility is the newest release cri-guard follows.
+	defaultKubeletCompatibility = kubelet137
 )
 
 // numberLiteral is a JSON number YAML gave for an unquoted 1.37.
@@ -44,7 +44,7 @@ func (r *KubeletRelease) UnmarshalJSON(b []byte) error {
 // valid reports whether cri-guard knows how release r computes the signals.
 func (r KubeletRelease) valid() bool {
 	switch r {
-	case Kubelet135, Kubelet136, Kubelet137:
+	case kubelet135, kubelet136, kubelet137:
 		return true
 	}
 	return false
@@ -53,5 +53,5 @@ func (r KubeletRelease) valid() bool {
 // SubtractHugePages reports whether the release in force takes the huge
 // page pool off memory.available (pressure.SamplerConfig.SubtractHugePages).
 func (c Config) SubtractHugePages() bool {
-	return c.KubeletCompatibility == Kubelet137
+	return c.KubeletCompatibility == kubelet137
 }

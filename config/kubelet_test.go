@@ -12,11 +12,11 @@ func TestKubeletCompatibility(t *testing.T) {
 		wantSubtract bool
 		wantErr      string
 	}{
-		{name: "default is the newest", yaml: "", want: Kubelet137, wantSubtract: true},
-		{name: "1.37 quoted", yaml: `kubeletCompatibility: "1.37"`, want: Kubelet137, wantSubtract: true},
-		{name: "1.37 unquoted", yaml: "kubeletCompatibility: 1.37", want: Kubelet137, wantSubtract: true},
-		{name: "1.36", yaml: `kubeletCompatibility: "1.36"`, want: Kubelet136},
-		{name: "1.35 unquoted", yaml: "kubeletCompatibility: 1.35", want: Kubelet135},
+		{name: "default is the newest", yaml: "", want: kubelet137, wantSubtract: true},
+		{name: "1.37 quoted", yaml: `kubeletCompatibility: "1.37"`, want: kubelet137, wantSubtract: true},
+		{name: "1.37 unquoted", yaml: "kubeletCompatibility: 1.37", want: kubelet137, wantSubtract: true},
+		{name: "1.36", yaml: `kubeletCompatibility: "1.36"`, want: kubelet136},
+		{name: "1.35 unquoted", yaml: "kubeletCompatibility: 1.35", want: kubelet135},
 		{name: "an unknown release", yaml: `kubeletCompatibility: "1.38"`,
 			wantErr: `kubeletCompatibility: must be 1.35, 1.36 or 1.37 (the kubelet release whose memory.available cri-guard computes), got "1.38"`},
 		{name: "a patch release", yaml: `kubeletCompatibility: "1.37.2"`, wantErr: `kubeletCompatibility: must be 1.35, 1.36 or 1.37`},

@@ -14,8 +14,8 @@ import (
 // taint left by one is taken over, not duplicated.
 const TaintKey = "cri-guard.io/memory-pressure"
 
-// ConditionType is the node condition the taint follows.
-const ConditionType = kube.NodeConditionType
+// conditionType is the node condition the taint follows.
+const conditionType = kube.NodeConditionType
 
 // DefaultStaleAfter is how old a condition's heartbeat may be before it
 // counts as Unknown: three node status reports (the kubelet reports every

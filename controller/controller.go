@@ -35,14 +35,14 @@ type Deps struct {
 	Log   *logrus.Entry
 	// Clock drives the staleness and the queue's delays; nil: the real one.
 	Clock clock.WithTicker
-	// RateLimiter spaces the retries of one Node; nil: DefaultRateLimiter.
+	// RateLimiter spaces the retries of one Node; nil: defaultRateLimiter.
 	RateLimiter workqueue.TypedRateLimiter[string]
 }
 
-// DefaultRateLimiter spaces a Node's retries from 100 ms, doubling, up to
+// defaultRateLimiter spaces a Node's retries from 100 ms, doubling, up to
 // 2 minutes (a refused identity is retried for ever, at most this often),
 // and all retries together to 10 a second with a burst of 100.
-func DefaultRateLimiter() workqueue.TypedRateLimiter[string] {
+func defaultRateLimiter() workqueue.TypedRateLimiter[string] {
 	return workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 2*time.Minute),
 		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
@@ -84,7 +84,7 @@ func New(cfg Config, deps Deps) (*Controller, error) {
 		c.clock = clock.RealClock{}
 	}
 	if c.limiter == nil {
-		c.limiter = DefaultRateLimiter()
+		c.limiter = defaultRateLimiter()
 	}
 	c.metrics = NewMetrics(c.depth)
 	reg, err := deps.Nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -142,7 +142,7 @@ func changed(o, n *corev1.Node) bool {
 
 func condition(n *corev1.Node) *corev1.NodeCondition {
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ConditionType {
+		if n.Status.Conditions[i].Type == conditionType {
 			return &n.Status.Conditions[i]
 		}
 	}
@@ -162,10 +162,10 @@ func (c *Controller) depth() int {
 	return 0
 }
 
-// Run reconciles every Node, then each one the informer shows changed,
+// run reconciles every Node, then each one the informer shows changed,
 // until ctx ends (the leadership term); it returns once no worker writes
 // any more.
-func (c *Controller) Run(ctx context.Context) error {
+func (c *Controller) run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return fmt.Errorf("wait for the node informer: %w", ctx.Err())
 	}
@@ -246,14 +246,14 @@ func (c *Controller) syncNode(ctx context.Context, q workqueue.TypedDelayingInte
 		return fmt.Errorf("cached node %q: %w", name, err)
 	}
 	now := c.clock.Now()
-	d := Decide(node, now, c.cfg.StaleAfter)
+	d := decide(node, now, c.cfg.StaleAfter)
 	if d.RecheckAfter > 0 {
 		// a True condition goes stale by itself: look again then (a new
 		// heartbeat re-arms it, an earlier one wins)
 		q.AddAfter(name, d.RecheckAfter)
 	}
-	taints, change := Taints(node.Spec.Taints, d.Taint, c.cfg.Effect, now)
-	if change == TaintUnchanged {
+	taints, change := taints(node.Spec.Taints, d.Taint, c.cfg.Effect, now)
+	if change == taintUnchanged {
 		return nil
 	}
 	patch, err := taintPatch(node.ResourceVersion, taints)
@@ -268,13 +268,13 @@ func (c *Controller) syncNode(ctx context.Context, q workqueue.TypedDelayingInte
 	}
 	done := c.clock.Now()
 	action := "applied"
-	if change == TaintRemoved {
+	if change == taintRemoved {
 		action = "removed"
 		c.metrics.removed.WithLabelValues(d.State.String()).Inc()
 	} else {
 		c.metrics.applied.Inc()
 	}
-	if !d.Since.IsZero() && change != TaintReplaced {
+	if !d.Since.IsZero() && change != taintReplaced {
 		c.metrics.latency.WithLabelValues(action).Observe(max(done.Sub(d.Since), 0).Seconds())
 	}
 	c.log.WithFields(logrus.Fields{"node": name, "taint": TaintKey, "effect": c.cfg.Effect,

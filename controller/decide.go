@@ -8,45 +8,45 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ConditionState is how the controller reads a Node's condition.
-type ConditionState int
+// conditionState is how the controller reads a Node's condition.
+type conditionState int
 
 const (
-	// ConditionAbsent: the Node has no CriGuardMemoryPressure condition
+	// conditionAbsent: the Node has no CriGuardMemoryPressure condition
 	// (no cri-guard on it, or one without an API connection).
-	ConditionAbsent ConditionState = iota
-	// ConditionTrue: cri-guard reports memory pressure, with a fresh
+	conditionAbsent conditionState = iota
+	// conditionTrue: cri-guard reports memory pressure, with a fresh
 	// heartbeat.
-	ConditionTrue
-	// ConditionFalse: cri-guard reports no memory pressure.
-	ConditionFalse
-	// ConditionUnknown: the condition says Unknown (or a status the
+	conditionTrue
+	// conditionFalse: cri-guard reports no memory pressure.
+	conditionFalse
+	// conditionUnknown: the condition says Unknown (or a status the
 	// controller does not know).
-	ConditionUnknown
-	// ConditionStale: the condition's heartbeat is older than StaleAfter
+	conditionUnknown
+	// conditionStale: the condition's heartbeat is older than StaleAfter
 	// (or missing): whatever it says, it counts as Unknown.
-	ConditionStale
+	conditionStale
 )
 
 // String is the state's label in logs and metrics.
-func (s ConditionState) String() string {
+func (s conditionState) String() string {
 	switch s {
-	case ConditionTrue:
+	case conditionTrue:
 		return "true"
-	case ConditionFalse:
+	case conditionFalse:
 		return "false"
-	case ConditionUnknown:
+	case conditionUnknown:
 		return "unknown"
-	case ConditionStale:
+	case conditionStale:
 		return "stale"
 	default:
 		return "absent"
 	}
 }
 
-// Decision is what the controller wants of one Node's taint.
-type Decision struct {
-	State ConditionState
+// decision is what the controller wants of one Node's taint.
+type decision struct {
+	State conditionState
 	// Taint: the Node should carry the taint.
 	Taint bool
 	// Since is when the wanted state began, the start of the
@@ -58,12 +58,12 @@ type Decision struct {
 	RecheckAfter time.Duration
 }
 
-// Decide reads node's condition at now: a True condition whose heartbeat
+// decide reads node's condition at now: a True condition whose heartbeat
 // is at most staleAfter old taints the node; anything else does not.
-func Decide(node *corev1.Node, now time.Time, staleAfter time.Duration) Decision {
-	i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == ConditionType })
+func decide(node *corev1.Node, now time.Time, staleAfter time.Duration) decision {
+	i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == conditionType })
 	if i < 0 {
-		return Decision{State: ConditionAbsent}
+		return decision{State: conditionAbsent}
 	}
 	c := node.Status.Conditions[i]
 	staleAt := c.LastHeartbeatTime.Add(staleAfter)
@@ -72,16 +72,16 @@ func Decide(node *corev1.Node, now time.Time, staleAfter time.Duration) Decision
 		if c.LastHeartbeatTime.IsZero() {
 			since = transitionTime(c.LastTransitionTime)
 		}
-		return Decision{State: ConditionStale, Since: since}
+		return decision{State: conditionStale, Since: since}
 	}
 	switch c.Status {
 	case corev1.ConditionTrue:
-		return Decision{State: ConditionTrue, Taint: true, Since: transitionTime(c.LastTransitionTime),
+		return decision{State: conditionTrue, Taint: true, Since: transitionTime(c.LastTransitionTime),
 			RecheckAfter: staleAt.Sub(now)}
 	case corev1.ConditionFalse:
-		return Decision{State: ConditionFalse, Since: transitionTime(c.LastTransitionTime)}
+		return decision{State: conditionFalse, Since: transitionTime(c.LastTransitionTime)}
 	default:
-		return Decision{State: ConditionUnknown, Since: transitionTime(c.LastTransitionTime)}
+		return decision{State: conditionUnknown, Since: transitionTime(c.LastTransitionTime)}
 	}
 }
 
@@ -92,41 +92,41 @@ func transitionTime(t metav1.Time) time.Time {
 	return t.Time
 }
 
-// TaintChange is what a reconciliation does to the taint.
-type TaintChange int
+// taintChange is what a reconciliation does to the taint.
+type taintChange int
 
 const (
-	// TaintUnchanged: the Node already is as wanted.
-	TaintUnchanged TaintChange = iota
-	// TaintAdded: the taint is put on.
-	TaintAdded
-	// TaintRemoved: the taint is taken off.
-	TaintRemoved
-	// TaintReplaced: the taint stays, with the configured effect and no
+	// taintUnchanged: the Node already is as wanted.
+	taintUnchanged taintChange = iota
+	// taintAdded: the taint is put on.
+	taintAdded
+	// taintRemoved: the taint is taken off.
+	taintRemoved
+	// taintReplaced: the taint stays, with the configured effect and no
 	// value, in place of what was there (a changed --effect, or a taint
 	// the node set itself).
-	TaintReplaced
+	taintReplaced
 )
 
 // String is the change's label in logs.
-func (c TaintChange) String() string {
+func (c taintChange) String() string {
 	switch c {
-	case TaintAdded:
+	case taintAdded:
 		return "added"
-	case TaintRemoved:
+	case taintRemoved:
 		return "removed"
-	case TaintReplaced:
+	case taintReplaced:
 		return "replaced"
 	default:
 		return "unchanged"
 	}
 }
 
-// Taints returns the Node's taints as wanted: every taint of another key
+// taints returns the Node's taints as wanted: every taint of another key
 // exactly as it is and in its place, and TaintKey once with effect when
 // want, not at all otherwise. now is the taint's TimeAdded when it is added
 // with NoExecute (the taint manager counts tolerationSeconds from it).
-func Taints(current []corev1.Taint, want bool, effect corev1.TaintEffect, now time.Time) ([]corev1.Taint, TaintChange) {
+func taints(current []corev1.Taint, want bool, effect corev1.TaintEffect, now time.Time) ([]corev1.Taint, taintChange) {
 	var ours []corev1.Taint
 	out := make([]corev1.Taint, 0, len(current)+1)
 	at := -1 // where ours was
@@ -142,12 +142,12 @@ func Taints(current []corev1.Taint, want bool, effect corev1.TaintEffect, now ti
 	}
 	if !want {
 		if len(ours) == 0 {
-			return current, TaintUnchanged
+			return current, taintUnchanged
 		}
-		return out, TaintRemoved
+		return out, taintRemoved
 	}
 	if len(ours) == 1 && ours[0].Effect == effect && ours[0].Value == "" {
-		return current, TaintUnchanged
+		return current, taintUnchanged
 	}
 	t := corev1.Taint{Key: TaintKey, Effect: effect}
 	for _, o := range ours {
@@ -160,7 +160,7 @@ func Taints(current []corev1.Taint, want bool, effect corev1.TaintEffect, now ti
 		t.TimeAdded = &ts
 	}
 	if at < 0 {
-		return append(out, t), TaintAdded
+		return append(out, t), taintAdded
 	}
-	return slices.Insert(out, at, t), TaintReplaced
+	return slices.Insert(out, at, t), taintReplaced
 }

@@ -15,7 +15,7 @@ func nodeWith(conds ...corev1.NodeCondition) *corev1.Node {
 }
 
 func cond(status corev1.ConditionStatus, heartbeat, transition time.Time) corev1.NodeCondition {
-	return corev1.NodeCondition{Type: ConditionType, Status: status,
+	return corev1.NodeCondition{Type: conditionType, Status: status,
 		LastHeartbeatTime: metav1.NewTime(heartbeat), LastTransitionTime: metav1.NewTime(transition)}
 }
 
@@ -26,28 +26,28 @@ func TestDecide(t *testing.T) {
 	tests := []struct {
 		name string
 		node *corev1.Node
-		want Decision
+		want decision
 	}{
-		{name: "absent", node: nodeWith(kubelet), want: Decision{State: ConditionAbsent}},
+		{name: "absent", node: nodeWith(kubelet), want: decision{State: conditionAbsent}},
 		{name: "true and fresh", node: nodeWith(kubelet, cond(corev1.ConditionTrue, t0.Add(-time.Minute), t0.Add(-time.Hour))),
-			want: Decision{State: ConditionTrue, Taint: true, Since: t0.Add(-time.Hour), RecheckAfter: 14 * time.Minute}},
+			want: decision{State: conditionTrue, Taint: true, Since: t0.Add(-time.Hour), RecheckAfter: 14 * time.Minute}},
 		{name: "false", node: nodeWith(cond(corev1.ConditionFalse, t0, t0.Add(-time.Second))),
-			want: Decision{State: ConditionFalse, Since: t0.Add(-time.Second)}},
+			want: decision{State: conditionFalse, Since: t0.Add(-time.Second)}},
 		{name: "unknown", node: nodeWith(cond(corev1.ConditionUnknown, t0, t0)),
-			want: Decision{State: ConditionUnknown, Since: t0}},
+			want: decision{State: conditionUnknown, Since: t0}},
 		{name: "true, heartbeat just stale", node: nodeWith(cond(corev1.ConditionTrue, t0.Add(-stale), t0.Add(-time.Hour))),
-			want: Decision{State: ConditionStale, Since: t0}},
+			want: decision{State: conditionStale, Since: t0}},
 		{name: "true, heartbeat long stale", node: nodeWith(cond(corev1.ConditionTrue, t0.Add(-time.Hour), t0.Add(-2*time.Hour))),
-			want: Decision{State: ConditionStale, Since: t0.Add(-time.Hour + stale)}},
-		{name: "true, no heartbeat", node: nodeWith(corev1.NodeCondition{Type: ConditionType, Status: corev1.ConditionTrue,
+			want: decision{State: conditionStale, Since: t0.Add(-time.Hour + stale)}},
+		{name: "true, no heartbeat", node: nodeWith(corev1.NodeCondition{Type: conditionType, Status: corev1.ConditionTrue,
 			LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))}),
-			want: Decision{State: ConditionStale, Since: t0.Add(-time.Minute)}},
+			want: decision{State: conditionStale, Since: t0.Add(-time.Minute)}},
 		{name: "true, heartbeat ahead of this clock", node: nodeWith(cond(corev1.ConditionTrue, t0.Add(time.Minute), t0)),
-			want: Decision{State: ConditionTrue, Taint: true, Since: t0, RecheckAfter: 16 * time.Minute}},
+			want: decision{State: conditionTrue, Taint: true, Since: t0, RecheckAfter: 16 * time.Minute}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Decide(tt.node, t0, stale)
+			got := decide(tt.node, t0, stale)
 			if !got.Since.Equal(tt.want.Since) || got.State != tt.want.State || got.Taint != tt.want.Taint ||
 				got.RecheckAfter != tt.want.RecheckAfter {
 				t.Errorf("Decide = %+v (state %v), want %+v (state %v)", got, got.State, tt.want, tt.want.State)
@@ -68,32 +68,32 @@ func TestTaints(t *testing.T) {
 		want    bool
 		effect  corev1.TaintEffect
 		taints  []corev1.Taint
-		change  TaintChange
+		change  taintChange
 	}{
-		{name: "add to none", want: true, effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours}, change: TaintAdded},
+		{name: "add to none", want: true, effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours}, change: taintAdded},
 		{name: "add after others", current: []corev1.Taint{other1, other2}, want: true, effect: corev1.TaintEffectNoSchedule,
-			taints: []corev1.Taint{other1, other2, ours}, change: TaintAdded},
+			taints: []corev1.Taint{other1, other2, ours}, change: taintAdded},
 		{name: "already there", current: []corev1.Taint{other1, ours, other2}, want: true, effect: corev1.TaintEffectNoSchedule,
-			taints: []corev1.Taint{other1, ours, other2}, change: TaintUnchanged},
+			taints: []corev1.Taint{other1, ours, other2}, change: taintUnchanged},
 		{name: "remove, others kept in place", current: []corev1.Taint{other1, ours, other2}, effect: corev1.TaintEffectNoSchedule,
-			taints: []corev1.Taint{other1, other2}, change: TaintRemoved},
+			taints: []corev1.Taint{other1, other2}, change: taintRemoved},
 		{name: "remove every effect of ours", current: []corev1.Taint{ours, other1, oursPrefer}, effect: corev1.TaintEffectNoSchedule,
-			taints: []corev1.Taint{other1}, change: TaintRemoved},
+			taints: []corev1.Taint{other1}, change: taintRemoved},
 		{name: "nothing to remove", current: []corev1.Taint{other1}, effect: corev1.TaintEffectNoSchedule,
-			taints: []corev1.Taint{other1}, change: TaintUnchanged},
+			taints: []corev1.Taint{other1}, change: taintUnchanged},
 		{name: "other effect replaced in place", current: []corev1.Taint{other1, oursPrefer, other2}, want: true,
-			effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{other1, ours, other2}, change: TaintReplaced},
+			effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{other1, ours, other2}, change: taintReplaced},
 		{name: "two of ours become one", current: []corev1.Taint{oursPrefer, other1, ours}, want: true,
-			effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours, other1}, change: TaintReplaced},
+			effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours, other1}, change: taintReplaced},
 		{name: "NoExecute gets its time", current: []corev1.Taint{other1}, want: true, effect: corev1.TaintEffectNoExecute,
-			taints: []corev1.Taint{other1, oursExec}, change: TaintAdded},
+			taints: []corev1.Taint{other1, oursExec}, change: taintAdded},
 		{name: "a value of ours is cleared", current: []corev1.Taint{{Key: TaintKey, Value: "x", Effect: corev1.TaintEffectNoSchedule}},
-			want: true, effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours}, change: TaintReplaced},
+			want: true, effect: corev1.TaintEffectNoSchedule, taints: []corev1.Taint{ours}, change: taintReplaced},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := append([]corev1.Taint(nil), tt.current...)
-			got, change := Taints(tt.current, tt.want, tt.effect, t0)
+			got, change := taints(tt.current, tt.want, tt.effect, t0)
 			if change != tt.change {
 				t.Errorf("change = %v, want %v", change, tt.change)
 			}

@@ -68,7 +68,7 @@ func (c *Controller) RunElected(ctx context.Context, client kubernetes.Interface
 					c.metrics.leader.Set(1)
 					defer c.metrics.leader.Set(0)
 					log.Info("leading: reconciling node taints")
-					if err := c.Run(ctx); err != nil && ctx.Err() == nil {
+					if err := c.run(ctx); err != nil && ctx.Err() == nil {
 						log.WithError(err).Error("node taint controller stopped")
 					}
 				},

@@ -47,7 +47,7 @@ func TestRunReconcilesAllWithoutGets(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := startController(t, ctx, api)
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- c.run(ctx) }()
 	waitFor(t, "10 taints", func() bool { return api.patches.Load() >= 10 })
 	waitFor(t, "the workers to idle", func() bool { return c.depth() == 0 })
 	cancel()

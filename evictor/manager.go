@@ -24,10 +24,10 @@ type StatsErrorPolicy string
 
 // The two policies of onStatsError.
 const (
-	// StatsErrorAdmit admits as if the node had no condition (fail open).
-	StatsErrorAdmit StatsErrorPolicy = "admit"
-	// StatsErrorReject treats unknown pressure as MemoryPressure (fail closed).
-	StatsErrorReject StatsErrorPolicy = "reject"
+	// statsErrorAdmit admits as if the node had no condition (fail open).
+	statsErrorAdmit StatsErrorPolicy = "admit"
+	// statsErrorReject treats unknown pressure as MemoryPressure (fail closed).
+	statsErrorReject StatsErrorPolicy = "reject"
 )
 
 // Config holds the manager's settings.
@@ -118,7 +118,7 @@ func New(cfg Config, o Options) (*Manager, error) {
 		o.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	if cfg.OnStatsError == "" {
-		cfg.OnStatsError = StatsErrorAdmit
+		cfg.OnStatsError = statsErrorAdmit
 	}
 	return &Manager{
 		cfg:     cfg,
@@ -224,7 +224,7 @@ func (m *Manager) noteMissing(obs map[pressure.Signal]pressure.Observation) {
 // onStatsError policy when stats could not be read.
 func (m *Manager) conditions() (conds []string, statsErr bool) {
 	if m.statsErr != nil {
-		if m.cfg.OnStatsError == StatsErrorReject {
+		if m.cfg.OnStatsError == statsErrorReject {
 			return []string{ConditionMemoryPressure}, true
 		}
 		return nil, true
@@ -263,7 +263,7 @@ func (m *Manager) Admit(a *Attributes) Result {
 		kind = KindRefuse
 	}
 	d := Decision{Time: m.now(), Kind: kind, Pod: podRef(a.Pod), Reason: r.Reason, Message: r.Message, Restored: a.Restored}
-	if statsErr && m.cfg.OnStatsError == StatsErrorAdmit {
+	if statsErr && m.cfg.OnStatsError == statsErrorAdmit {
 		d.Message = "admitted without stats (onStatsError: admit)"
 	}
 	m.decide(d)

@@ -154,7 +154,7 @@ func TestAdmitRules(t *testing.T) {
 }
 
 func TestOnStatsError(t *testing.T) {
-	for _, pol := range []StatsErrorPolicy{StatsErrorAdmit, StatsErrorReject} {
+	for _, pol := range []StatsErrorPolicy{statsErrorAdmit, statsErrorReject} {
 		t.Run(string(pol), func(t *testing.T) {
 			s, r, c := &fakeSampler{nodeErr: errors.New("no meminfo")}, &recorder{}, newClock()
 			m := newManager(t, Config{OnStatsError: pol}, s, r, c)
@@ -163,7 +163,7 @@ func TestOnStatsError(t *testing.T) {
 			}
 			be := m.Admit(&Attributes{Pod: mkPod("a", pod.BestEffort, 0, false, false, true)})
 			crit := m.Admit(&Attributes{Pod: mkPod("b", pod.BestEffort, 0, true, true, false)})
-			if be.Admit != (pol == StatsErrorAdmit) || !crit.Admit {
+			if be.Admit != (pol == statsErrorAdmit) || !crit.Admit {
 				t.Fatalf("besteffort admit = %v, critical admit = %v under %s", be.Admit, crit.Admit, pol)
 			}
 			snap := m.Snapshot()

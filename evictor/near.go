@@ -93,12 +93,12 @@ func (e Evaluation) Headroom(margin int64, covered func(pressure.Signal) bool) (
 	return headroom, ok
 }
 
-// MemoryThresholdMet reports whether a threshold on a memory signal
+// memoryThresholdMet reports whether a threshold on a memory signal
 // (memory.available, allocatableMemory.available) acts: an observation of
 // now, unlike a PSI average, which still holds a stall for seconds after
 // its cause is gone. Synchronize lets a quick pass start the next
 // eviction 100 ms after the last one settled, not 1 s, when this is true.
-func (e Evaluation) MemoryThresholdMet() bool {
+func (e Evaluation) memoryThresholdMet() bool {
 	for _, met := range e.Met {
 		if !met.Threshold.Signal.IsPSI() {
 			return true
@@ -114,7 +114,7 @@ func (e Evaluation) MemoryThresholdMet() bool {
 // lands in time.
 const runtimeStopLatency = 250 * time.Millisecond
 
-// MemoryCritical reports whether a memory signal is a moment from the
+// memoryCritical reports whether a memory signal is a moment from the
 // kernel's OOM killer, and says why: below half of a hard threshold on it,
 // or under a hard threshold and falling so fast that it runs out before a
 // stop through the runtime would land (runtimeStopLatency; several
@@ -122,7 +122,7 @@ const runtimeStopLatency = 250 * time.Millisecond
 // short the grace period of the evictions under way: their victims are
 // killed at once, past the runtime, rather than a process the OOM killer
 // would pick.
-func (e Evaluation) MemoryCritical() (string, bool) {
+func (e Evaluation) memoryCritical() (string, bool) {
 	for _, t := range e.Thresholds {
 		if !t.Hard || t.Signal.IsPSI() {
 			continue

@@ -28,15 +28,15 @@ func TestEvaluation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &fakeSampler{}
 			m := newManager(t, Config{Thresholds: thresholds(t, pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "400Mi"}})}, s, nil, newClock())
-			if e := m.Evaluation(); e.NearThreshold(1<<40) || e.MemoryThresholdMet() {
+			if e := m.Evaluation(); e.NearThreshold(1<<40) || e.memoryThresholdMet() {
 				t.Fatal("the evaluation before any sample says yes")
 			}
 			s.available(tt.available)
 			s.nodeErr = tt.nodeErr
 			m.Observe()
 			e := m.Evaluation()
-			_, crit := e.MemoryCritical()
-			if got := [3]bool{e.NearThreshold(100 * mi), e.MemoryThresholdMet(), crit}; got != [3]bool{tt.near, tt.memoryMet, tt.crit} {
+			_, crit := e.memoryCritical()
+			if got := [3]bool{e.NearThreshold(100 * mi), e.memoryThresholdMet(), crit}; got != [3]bool{tt.near, tt.memoryMet, tt.crit} {
 				t.Fatalf("near, memory met, critical = %v, want %v", got, [3]bool{tt.near, tt.memoryMet, tt.crit})
 			}
 		})
@@ -99,7 +99,7 @@ func TestMemoryCriticalByRate(t *testing.T) {
 				s.available(a)
 				m.Observe()
 			}
-			why, crit := m.Evaluation().MemoryCritical()
+			why, crit := m.Evaluation().memoryCritical()
 			if crit != tt.crit || !strings.Contains(why, tt.wantWords) {
 				t.Fatalf("critical = %v (%q), want %v with %q", crit, why, tt.crit, tt.wantWords)
 			}

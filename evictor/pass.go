@@ -31,8 +31,8 @@ const (
 	// sample, not one per stop; none a moment from OOM (four runaways at
 	// 2.5 GB/s together lost one to the OOM killer in the 100 ms).
 	MemoryEvictionSpacing = 100 * time.Millisecond
-	// MaxInFlight bounds the evictions under way at once.
-	MaxInFlight = 8
+	// maxInFlight bounds the evictions under way at once.
+	maxInFlight = 8
 )
 
 // Pass is what one eviction pass decides on, besides the sample it takes.
@@ -86,7 +86,7 @@ const (
 	// could).
 	HoldNone Hold = iota
 	// HoldInFlight: an eviction under way holds the next back (its victim
-	// has not released its memory, no memory signal acts, or MaxInFlight
+	// has not released its memory, no memory signal acts, or maxInFlight
 	// are under way).
 	HoldInFlight
 	// HoldRate: Pass.RateHeld.
@@ -172,7 +172,7 @@ func (m *Manager) Synchronize(p Pass) Action {
 	}
 	a.Evict, a.Err = m.choose(active, p.Wakeup)
 	if a.Evict != nil {
-		if why, critical := ev.MemoryCritical(); critical {
+		if why, critical := ev.memoryCritical(); critical {
 			a.CutEvict, a.CutWhy = true, why
 			m.graceCut(a.Evict, why)
 		}
@@ -193,19 +193,19 @@ func (m *Manager) hold(a Action, h Hold) Action {
 // victim caused; a memory signal met in a sample taken after the victim's
 // stop returned (its processes are gone, their memory uncharged) is now,
 // and waits only MemoryEvictionSpacing: a second runaway must not get a
-// second to reach the OOM killer. A moment from OOM (MemoryCritical: under
+// second to reach the OOM killer. A moment from OOM (memoryCritical: under
 // half of a hard threshold, or falling faster than a stop through the
 // runtime lands) waits no spacing at all: the last victim's stop returned
 // (its memory is free), and the kernel's OOM killer, which would otherwise
 // choose next, picks no better than the ranking. A failed stop waits the
 // whole EvictionSpacing.
 func spacedEnough(p Pass, ev Evaluation) bool {
-	_, critical := ev.MemoryCritical()
-	return !p.LastFailed && (p.SinceSettled >= MemoryEvictionSpacing || critical) && ev.MemoryThresholdMet()
+	_, critical := ev.memoryCritical()
+	return !p.LastFailed && (p.SinceSettled >= MemoryEvictionSpacing || critical) && ev.memoryThresholdMet()
 }
 
 // graceCuts returns the evictions under way whose grace period is cut now,
-// and why: when a memory signal is a moment from OOM (MemoryCritical),
+// and why: when a memory signal is a moment from OOM (memoryCritical),
 // every one not cut yet (once per eviction; soft evictions included: the
 // node is a moment from OOM either way). The kubelet gives a hard
 // eviction 1 s (2 s per container at least): a runaway that ignores
@@ -214,7 +214,7 @@ func spacedEnough(p Pass, ev Evaluation) bool {
 // bystander as likely as the victim. Killing the victim already chosen is
 // never worse. Each cut is recorded.
 func (m *Manager) graceCuts(inflight []InFlight, ev Evaluation) (cut []*Eviction, why string) {
-	why, critical := ev.MemoryCritical()
+	why, critical := ev.memoryCritical()
 	if !critical {
 		return nil, ""
 	}
@@ -228,14 +228,14 @@ func (m *Manager) graceCuts(inflight []InFlight, ev Evaluation) (cut []*Eviction
 }
 
 // mayOverlap reports whether the next eviction may start while others are
-// under way: fewer than MaxInFlight are, every victim has released its
+// under way: fewer than maxInFlight are, every victim has released its
 // memory, and this pass's sample (taken since) still meets a threshold on
 // a memory signal. The kubelet waits for its victim's cleanup; here the
 // teardown (hundreds of ms: containerd reports a container stopped after
 // its own cleanup) would let a second and third runaway reach the OOM
 // killer meanwhile, and the memory it waits for is already free.
 func mayOverlap(inflight []InFlight, ev Evaluation) bool {
-	if len(inflight) >= MaxInFlight {
+	if len(inflight) >= maxInFlight {
 		return false
 	}
 	for _, f := range inflight {
@@ -243,7 +243,7 @@ func mayOverlap(inflight []InFlight, ev Evaluation) bool {
 			return false
 		}
 	}
-	return ev.MemoryThresholdMet()
+	return ev.memoryThresholdMet()
 }
 
 // choose ranks the active pods on the pass's evaluation and, when a

@@ -21,8 +21,8 @@ func TestSynchronizeDecides(t *testing.T) {
 		return []InFlight{{Eviction: &Eviction{Pod: b}, SandboxID: b.SandboxID, Released: released, GraceCut: cut}}
 	}
 	refused := &Eviction{Pod: a, Restored: true}
-	var full []InFlight // MaxInFlight released victims of other pods
-	for i := range MaxInFlight {
+	var full []InFlight // maxInFlight released victims of other pods
+	for i := range maxInFlight {
 		full = append(full, InFlight{Eviction: &Eviction{Pod: b}, SandboxID: "other-" + string(rune('a'+i)), Released: true})
 	}
 	long := time.Hour

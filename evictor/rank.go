@@ -39,12 +39,12 @@ func (m *Manager) rank(active []*pod.Pod) []Candidate {
 		}
 		cands = append(cands, c)
 	}
-	Rank(cands)
+	rank(cands)
 	return cands
 }
 
-// Rank sorts candidates in eviction order, first to evict first.
-func Rank(cands []Candidate) {
+// rank sorts candidates in eviction order, first to evict first.
+func rank(cands []Candidate) {
 	slices.SortStableFunc(cands, compareCandidates)
 }
 

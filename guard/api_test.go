@@ -69,7 +69,7 @@ func TestAPIReports(t *testing.T) {
 		_, err := h.run(p)
 		return err
 	}
-	var refused *RefusedError
+	var refused *refusedError
 	if err := run("known-be", 0); !errors.As(err, &refused) {
 		t.Fatalf("known BestEffort pod under pressure: %v, want refused", err)
 	}

@@ -260,7 +260,7 @@ func (l *Loop) doEventually(ctx context.Context, f func()) error {
 	select {
 	case l.updates <- g:
 	case <-l.done:
-		return ErrStopped
+		return errStopped
 	case <-ctx.Done():
 		go func() {
 			select {
@@ -274,12 +274,12 @@ func (l *Loop) doEventually(ctx context.Context, f func()) error {
 	case <-finished:
 		return nil
 	case <-l.done:
-		return ErrStopped
+		return errStopped
 	}
 }
 
-// ErrStopped is returned by calls made after the loop has stopped.
-var ErrStopped = errors.New("sync loop stopped")
+// errStopped is returned by calls made after the loop has stopped.
+var errStopped = errors.New("sync loop stopped")
 
 // do runs f on the loop goroutine and waits for it.
 func (l *Loop) do(ctx context.Context, f func()) error {
@@ -287,7 +287,7 @@ func (l *Loop) do(ctx context.Context, f func()) error {
 	select {
 	case l.updates <- func() { f(); close(finished) }:
 	case <-l.done:
-		return ErrStopped
+		return errStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -295,7 +295,7 @@ func (l *Loop) do(ctx context.Context, f func()) error {
 	case <-finished:
 		return nil
 	case <-l.done:
-		return ErrStopped
+		return errStopped
 	}
 }
 

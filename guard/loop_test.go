@@ -93,7 +93,7 @@ func TestAdmitSandbox(t *testing.T) {
 					}
 					return runtimeproxy.NotCreated(status.Error(codes.Unavailable, "no runtime in this test"))
 				})
-				var refused *RefusedError
+				var refused *refusedError
 				if gotAdmit := !errors.As(err, &refused); gotAdmit != tt.wantAdmit || forwarded != tt.wantAdmit {
 					t.Fatalf("admitted = %v, forwarded = %v, want %v (%v)", gotAdmit, forwarded, tt.wantAdmit, err)
 				}

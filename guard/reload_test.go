@@ -33,7 +33,7 @@ func TestSetThresholds(t *testing.T) {
 	}
 	stop()
 	<-done
-	if _, _, err := h.loop.SetThresholds(context.Background(), ts, time.Minute); !errors.Is(err, ErrStopped) {
+	if _, _, err := h.loop.SetThresholds(context.Background(), ts, time.Minute); !errors.Is(err, errStopped) {
 		t.Errorf("SetThresholds after Run: %v, want ErrStopped", err)
 	}
 }

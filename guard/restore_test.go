@@ -59,7 +59,7 @@ func TestRestoredRefusedEvicted(t *testing.T) {
 	// by the condition alone)
 	h2 := newRealHarnessWith(t, store, rt, time.Second, nil, 512<<20)
 	_, err := h2.run(newPod("be", 1, pod.Burstable, false))
-	var refused *RefusedError
+	var refused *refusedError
 	if !errors.As(err, &refused) || refused.Reason != evictor.ReasonEvicted {
 		t.Fatalf("recreation after another restart: %v, want refused as Evicted", err)
 	}

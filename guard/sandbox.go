@@ -24,7 +24,7 @@ const defaultAfterRuntimeTimeout = 10 * time.Second
 // through create (off the loop: the runtime may take seconds); settle the
 // record by the outcome on the loop and wait for its write. The waits are
 // on the caller's goroutine, never on the loop's. A refusal is a
-// *RefusedError; otherwise the error is the outcome's (the runtime's,
+// *refusedError; otherwise the error is the outcome's (the runtime's,
 // unchanged): a call is never failed after the runtime succeeded, whatever
 // the bookkeeping does.
 //
@@ -48,7 +48,7 @@ func (l *Loop) RunPodSandbox(ctx context.Context, p *pod.Pod, create func(ctx co
 		return "", fmt.Errorf("admit pod %q: %w", p.String(), err)
 	}
 	if !r.Admit {
-		return "", &RefusedError{Reason: r.Reason, Message: r.Message}
+		return "", &refusedError{Reason: r.Reason, Message: r.Message}
 	}
 	// ended tells the loop this call no longer settles its pending record
 	// (run on the loop, first thing in the call's settle)
@@ -337,11 +337,11 @@ func (l *Loop) update(sandboxID string, f func(p *pod.Pod) bool) {
 	})
 }
 
-// RefusedError is the error RunPodSandbox returns for a refused pod; the
+// refusedError is the error RunPodSandbox returns for a refused pod; the
 // server maps it to codes.ResourceExhausted with "<reason>: <message>".
-type RefusedError struct{ Reason, Message string }
+type refusedError struct{ Reason, Message string }
 
-func (e *RefusedError) Error() string { return e.Reason + ": " + e.Message }
+func (e *refusedError) Error() string { return e.Reason + ": " + e.Message }
 
 // AdmissionRefused implements server.Refusal.
-func (e *RefusedError) AdmissionRefused() (reason, message string) { return e.Reason, e.Message }
+func (e *refusedError) AdmissionRefused() (reason, message string) { return e.Reason, e.Message }

@@ -12,7 +12,7 @@ import (
 
 // BenchmarkPodViews is what one pass of the sync loop costs the API side
 // with 1000 pods bound to the node: "derive" is each pod's view derived
-// at the lookup (APIOf, as before), "cached" the lookup of the view the
+// at the lookup (apiOf, as before), "cached" the lookup of the view the
 // informer derived once per change (Client.Pod).
 func BenchmarkPodViews(b *testing.B) {
 	const n = 1000
@@ -32,7 +32,7 @@ func BenchmarkPodViews(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			for _, p := range pods {
-				_ = APIOf(p)
+				_ = apiOf(p)
 			}
 		}
 	})

@@ -8,7 +8,7 @@
 // controller (package controller), not from here.
 //
 // It owns the cache of the pods bound to this node (by UID, the key CRI
-// carries) and what is derived from them (APIOf); the reports of
+// carries) and what is derived from them (apiOf); the reports of
 // cri-guard's decisions as the kubelet makes them (a refused pod's status as
 // rejectPod writes it, an evicted pod's as evictPod does, an Event each);
 // the node condition CriGuardMemoryPressure; and the bound on the rejections reported per

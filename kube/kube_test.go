@@ -245,7 +245,7 @@ func TestAPIOf(t *testing.T) {
 	p.Spec.Overhead = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("10Mi")}
 	p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeMemoryPressure, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	p.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: "x"}
-	a := APIOf(p)
+	a := apiOf(p)
 	if a.Priority == nil || *a.Priority != prio || !a.HasMemoryRequest || a.MemoryRequestBytes != 210<<20 ||
 		a.TerminationGracePeriod == nil || *a.TerminationGracePeriod != 7*time.Second || !a.ToleratesMemoryPressure || !a.Mirror {
 		t.Fatalf("APIOf = %+v", a)
@@ -265,12 +265,12 @@ func TestAPIOf(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			q := apiPod("x", "u")
 			q.Spec.Tolerations = []corev1.Toleration{tt.tol}
-			if got := APIOf(q).ToleratesMemoryPressure; got != tt.want {
+			if got := apiOf(q).ToleratesMemoryPressure; got != tt.want {
 				t.Fatalf("tolerates = %v, want %v", got, tt.want)
 			}
 		})
 	}
-	if a := APIOf(apiPod("be", "u")); a.HasMemoryRequest || a.Priority != nil || a.TerminationGracePeriod != nil {
+	if a := apiOf(apiPod("be", "u")); a.HasMemoryRequest || a.Priority != nil || a.TerminationGracePeriod != nil {
 		t.Fatalf("BestEffort pod: %+v", a)
 	}
 }

@@ -47,14 +47,14 @@ func byUID(inf cache.SharedIndexInformer, uid string) (*corev1.Pod, bool) {
 	return p, ok
 }
 
-// APIOf derives what cri-guard needs of an API pod, as the kubelet
+// apiOf derives what cri-guard needs of an API pod, as the kubelet
 // computes it: the memory request of GetResourceRequestQuantity
 // (pkg/api/v1/resource: PodRequests without overhead, then the overhead
 // when the request is not zero), the memory-pressure toleration of the
 // eviction manager's Admit (TolerationsTolerateTaint with
 // node.kubernetes.io/memory-pressure:NoSchedule), mirror pods by their
 // annotation.
-func APIOf(p *corev1.Pod) pod.API {
+func apiOf(p *corev1.Pod) pod.API {
 	a := pod.API{Priority: p.Spec.Priority}
 	req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{ExcludeOverhead: true})
 	if q, ok := req[corev1.ResourceMemory]; ok && !q.IsZero() {
@@ -85,7 +85,7 @@ func APIOf(p *corev1.Pod) pod.API {
 
 // Pod returns what the API says of the pod with this UID, from the cache;
 // ok is false when the API does not know it (yet). It never blocks: the
-// view was derived (APIOf) when the informer last saw the pod change, not
+// view was derived (apiOf) when the informer last saw the pod change, not
 // at each call (the sync loop asks for every pod on every pass).
 func (c *Client) Pod(uid string) (pod.API, bool) {
 	c.viewMu.RLock()
@@ -113,7 +113,7 @@ func (c *Client) setView(old, p *corev1.Pod) {
 			return
 		}
 	}
-	v := podView{api: APIOf(p)}
+	v := podView{api: apiOf(p)}
 	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
 		v.owner = string(ref.UID)
 	}

@@ -9,12 +9,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// OtherMethod is the method label of every call whose method is not a
+// otherMethod is the method label of every call whose method is not a
 // runtime.v1 RuntimeService or ImageService method this build knows. The
 // method name comes from the client: labelling it as sent would let any
 // local client create a series per name it makes up, and keep them for
 // the life of the process.
-const OtherMethod = "other"
+const otherMethod = "other"
 
 // maxCode is the highest gRPC status code (Unauthenticated); the error
 // counters of codes up to it are kept per method without a label lookup.
@@ -51,16 +51,16 @@ func criMethods() []string {
 }
 
 // newMethodTable makes the series of every known method and of
-// OtherMethod. The map is never written after, so lookups need no lock.
+// otherMethod. The map is never written after, so lookups need no lock.
 func (m *Metrics) newMethodTable() {
 	m.methods = map[string]*methodSeries{}
 	for _, name := range criMethods() {
 		m.methods[name] = &methodSeries{label: name}
 	}
-	m.other = &methodSeries{label: OtherMethod}
+	m.other = &methodSeries{label: otherMethod}
 }
 
-// series returns the series of method: its own when known, OtherMethod's
+// series returns the series of method: its own when known, otherMethod's
 // otherwise.
 func (m *Metrics) series(method string) *methodSeries {
 	if s, ok := m.methods[method]; ok {

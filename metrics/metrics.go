@@ -33,7 +33,7 @@ type Metrics struct {
 
 	// methods maps the full name of each known CRI method to its series,
 	// made in New; other is the series of every other method (see
-	// OtherMethod). Read-only after New: the hot path does one map lookup.
+	// otherMethod). Read-only after New: the hot path does one map lookup.
 	methods map[string]*methodSeries
 	other   *methodSeries
 }
@@ -130,7 +130,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Observe records one CRI call (server.Observer): its duration, and when
 // err is not nil its status code, under the method's name when it is a
-// known CRI method and under OtherMethod otherwise.
+// known CRI method and under otherMethod otherwise.
 func (m *Metrics) Observe(method string, d time.Duration, err error) {
 	s := m.series(method)
 	m.durationObserver(s).Observe(d.Seconds())

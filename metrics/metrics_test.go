@@ -256,7 +256,7 @@ func TestHandler(t *testing.T) {
 	m.Registry().MustRegister(NewCollector(StateSource{Snapshot: func() evictor.Status { return evictor.Status{} }}))
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL + Path)
+	resp, err := srv.Client().Get(srv.URL + path)
 	if err != nil {
 		t.Fatal(err)
 	}

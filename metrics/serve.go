@@ -12,13 +12,13 @@ import (
 	"github.com/cri-guard/cri-guard/internal/httpserve"
 )
 
-// Path is where the series are served.
-const Path = "/metrics"
+// path is where the series are served.
+const path = "/metrics"
 
 // Handler serves the registry's series in the Prometheus formats.
 func (m *Metrics) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(Path, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.Handle(path, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
 	return mux
 }
 

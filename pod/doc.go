@@ -7,7 +7,7 @@
 // (FromSandboxConfig) and from what containerd reports for sandboxes it
 // already runs (FromSandboxStatus). The CRI request carries neither the QoS
 // class nor the priority: QoS is read from linux.cgroup_parent
-// (QOSFromCgroupParent), priority from a configurable annotation, and which
+// (qosFromCgroupParent), priority from a configurable annotation, and which
 // pods are critical follows CriticalRules (docs/design.md, "Critical rules").
 //
 // Package pod imports no other cri-guard package; everything else may import

@@ -37,13 +37,13 @@ const (
 	// AnnotationConfigSource names where the kubelet got the pod from:
 	// "api" for pods from the API server, "file" or "http" for static pods.
 	AnnotationConfigSource = "kubernetes.io/config.source"
-	// ConfigSourceAPI is the AnnotationConfigSource value of non-static pods.
-	ConfigSourceAPI = "api"
-	// AnnotationConfigMirror marks a mirror pod (the API object of a static pod).
-	AnnotationConfigMirror = "kubernetes.io/config.mirror"
-	// AnnotationCriticalPod is the legacy critical-pod annotation
+	// configSourceAPI is the AnnotationConfigSource value of non-static pods.
+	configSourceAPI = "api"
+	// annotationConfigMirror marks a mirror pod (the API object of a static pod).
+	annotationConfigMirror = "kubernetes.io/config.mirror"
+	// annotationCriticalPod is the legacy critical-pod annotation
 	// (ExperimentalCriticalPodAnnotation), honoured only by the "seed" rules.
-	AnnotationCriticalPod = "scheduler.alpha.kubernetes.io/critical-pod"
+	annotationCriticalPod = "scheduler.alpha.kubernetes.io/critical-pod"
 	// AnnotationTerminationGracePeriod is the container annotation in which
 	// the kubelet sends the pod's terminationGracePeriodSeconds to the
 	// runtime (pkg/kubelet/kuberuntime/labels.go podTerminationGracePeriodLabel).
@@ -53,11 +53,11 @@ const (
 	// operator running cri-guard without the API may set
 	// critical.priorityAnnotation to it. It is read by no default.
 	PolicyPriorityAnnotation = "cri-guard.io/priority"
-	// NamespaceSystem is the kube-system namespace.
-	NamespaceSystem = "kube-system"
-	// SystemCriticalPriority is the kubelet's threshold for critical pods
+	// namespaceSystem is the kube-system namespace.
+	namespaceSystem = "kube-system"
+	// systemCriticalPriority is the kubelet's threshold for critical pods
 	// (scheduling.SystemCriticalPriority): priority >= this is critical.
-	SystemCriticalPriority int32 = 2000000000
+	systemCriticalPriority int32 = 2000000000
 )
 
 // ErrInvalid reports a sandbox config or status that cannot describe a pod:
@@ -81,7 +81,7 @@ type Pod struct {
 	// CgroupParent is linux.cgroup_parent, the pod-level cgroup.
 	CgroupParent string `json:"cgroupParent,omitempty"`
 
-	// QOS is the pod's QoS class (see QOSFromCgroupParent).
+	// QOS is the pod's QoS class (see qosFromCgroupParent).
 	QOS QOSClass `json:"qos"`
 	// Static is true for static pods (config.source present and not "api").
 	Static bool `json:"static,omitempty"`

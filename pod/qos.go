@@ -15,7 +15,7 @@ const (
 	systemdSuffix    = ".slice"
 )
 
-// QOSFromCgroupParent derives the QoS class from a pod sandbox's
+// qosFromCgroupParent derives the QoS class from a pod sandbox's
 // linux.cgroup_parent as the kubelet builds it. ok is false when the parent
 // is not a kubelet pod cgroup. Accepted forms, each with or without a cgroup
 // root prefix (e.g. "/custom" or "/custom.slice"):
@@ -26,7 +26,7 @@ const (
 //	systemd:  [<path>/][<root>-]kubepods-besteffort-pod<uid>.slice
 //	          [<path>/][<root>-]kubepods-burstable-pod<uid>.slice
 //	          [<path>/][<root>-]kubepods-pod<uid>.slice
-func QOSFromCgroupParent(parent string) (QOSClass, bool) {
+func qosFromCgroupParent(parent string) (QOSClass, bool) {
 	parent, last := cgroupLeaf(parent)
 	if parent == "" {
 		return "", false
@@ -62,7 +62,7 @@ func qosFromParts(parts []string) (QOSClass, bool) {
 }
 
 // IsOwnCgroup reports whether parent is the kubelet's cgroup of the pod
-// with uid itself, in one of QOSFromCgroupParent's forms: its last element
+// with uid itself, in one of qosFromCgroupParent's forms: its last element
 // is pod<uid> (cgroupfs) or ends in pod<uid>.slice with the uid's dashes
 // as underscores (systemd, as the kubelet escapes it). A kill past the
 // runtime (podkill.Killer.KillPod) signals only such a group: never a QoS
@@ -71,7 +71,7 @@ func IsOwnCgroup(parent, uid string) bool {
 	if uid == "" {
 		return false
 	}
-	if _, ok := QOSFromCgroupParent(parent); !ok {
+	if _, ok := qosFromCgroupParent(parent); !ok {
 		return false
 	}
 	_, last := cgroupLeaf(parent)

@@ -45,7 +45,7 @@ func TestQOSFromCgroupParent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := QOSFromCgroupParent(tt.parent)
+			got, ok := qosFromCgroupParent(tt.parent)
 			if got != tt.want || ok != tt.ok {
 				t.Errorf("QOSFromCgroupParent(%q) = %q, %v; want %q, %v", tt.parent, got, ok, tt.want, tt.ok)
 			}

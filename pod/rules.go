@@ -13,14 +13,14 @@ import (
 // Critical-rule modes (CriticalRules.Mode).
 const (
 	// ModeModern follows today's kubelet: a pod is critical when it is static
-	// or mirror, or its priority is >= SystemCriticalPriority, or its
+	// or mirror, or its priority is >= systemCriticalPriority, or its
 	// namespace is listed. Critical pods are never evicted.
 	ModeModern = "modern"
-	// ModeSeed follows the kubelet with ExperimentalCriticalPodAnnotation: a
+	// modeSeed follows the kubelet with ExperimentalCriticalPodAnnotation: a
 	// pod is critical when it is in kube-system and carries
-	// AnnotationCriticalPod with an empty value, or its namespace is listed.
+	// annotationCriticalPod with an empty value, or its namespace is listed.
 	// Eviction skips only pods that are critical AND static.
-	ModeSeed = "seed"
+	modeSeed = "seed"
 )
 
 // CriticalRules says which pods are critical (docs/design.md, "Critical rules").
@@ -28,7 +28,7 @@ const (
 // priority then comes only from the API server (spec.priority), which a pod
 // author cannot raise past what its priority class grants.
 type CriticalRules struct {
-	// Mode is ModeModern (default when empty) or ModeSeed.
+	// Mode is ModeModern (default when empty) or modeSeed.
 	Mode string `json:"rules,omitempty"`
 	// Namespaces lists namespaces whose pods are all critical.
 	Namespaces []string `json:"namespaces,omitempty"`
@@ -46,9 +46,9 @@ type CriticalRules struct {
 // blank namespace, or a priority annotation key containing white space.
 func (r CriticalRules) Validate() error {
 	switch r.Mode {
-	case "", ModeModern, ModeSeed:
+	case "", ModeModern, modeSeed:
 	default:
-		return fmt.Errorf("critical rules %q: mode must be %q or %q", r.Mode, ModeModern, ModeSeed)
+		return fmt.Errorf("critical rules %q: mode must be %q or %q", r.Mode, ModeModern, modeSeed)
 	}
 	for _, ns := range r.Namespaces {
 		if strings.TrimSpace(ns) == "" || strings.ContainsAny(ns, " \t\n/") {
@@ -66,8 +66,8 @@ func (r CriticalRules) mode() (string, error) {
 	switch r.Mode {
 	case "", ModeModern:
 		return ModeModern, nil
-	case ModeSeed:
-		return ModeSeed, nil
+	case modeSeed:
+		return modeSeed, nil
 	}
 	return "", fmt.Errorf("critical rules %q: unknown mode: %w", r.Mode, ErrInvalid)
 }
@@ -77,18 +77,18 @@ func (r CriticalRules) mode() (string, error) {
 // of the pod that keeps them is classified as the pod is (a trimmed
 // checkpoint record, for one).
 func (r CriticalRules) Annotations() []string {
-	keys := []string{AnnotationConfigSource, AnnotationConfigMirror, AnnotationCriticalPod}
+	keys := []string{AnnotationConfigSource, annotationConfigMirror, annotationCriticalPod}
 	if r.PriorityAnnotation != "" {
 		keys = append(keys, r.PriorityAnnotation)
 	}
 	return keys
 }
 
-// IsStatic reports whether annotations mark a static pod: the config source
+// isStatic reports whether annotations mark a static pod: the config source
 // annotation is present and is not "api" (kubelet IsStaticPod).
-func IsStatic(annotations map[string]string) bool {
+func isStatic(annotations map[string]string) bool {
 	src, ok := annotations[AnnotationConfigSource]
-	return ok && src != ConfigSourceAPI
+	return ok && src != configSourceAPI
 }
 
 // classify fills Static, Priority, HasPriority, Critical and Evictable of p
@@ -99,7 +99,7 @@ func (r CriticalRules) classify(p *Pod) error {
 	if err != nil {
 		return err
 	}
-	p.Static = IsStatic(p.Annotations)
+	p.Static = isStatic(p.Annotations)
 	p.Priority, p.HasPriority = 0, false
 	key := r.PriorityAnnotation // "": no annotation is trusted for priority
 	if v, ok := p.Annotations[key]; key != "" && ok {
@@ -112,16 +112,16 @@ func (r CriticalRules) classify(p *Pod) error {
 	}
 	listed := slices.Contains(r.Namespaces, p.Namespace)
 	switch mode {
-	case ModeSeed:
+	case modeSeed:
 		// kubelet (<= v1.15) types.IsCritical: kube-system and the annotation
 		// present with an empty value.
-		v, ok := p.Annotations[AnnotationCriticalPod]
-		p.Critical = listed || (p.Namespace == NamespaceSystem && ok && v == "")
+		v, ok := p.Annotations[annotationCriticalPod]
+		p.Critical = listed || (p.Namespace == namespaceSystem && ok && v == "")
 		p.Evictable = !(p.Critical && p.Static)
 	default:
-		_, mirror := p.Annotations[AnnotationConfigMirror]
+		_, mirror := p.Annotations[annotationConfigMirror]
 		p.Critical = listed || p.Static || mirror ||
-			(p.HasPriority && p.Priority >= SystemCriticalPriority)
+			(p.HasPriority && p.Priority >= systemCriticalPriority)
 		p.Evictable = !p.Critical
 	}
 	return nil
@@ -158,7 +158,7 @@ type ContainerRequest struct {
 // again: the priority is the API's alone (spec.priority, set by the API
 // server's priority admission from the pod's priority class) and any
 // priority annotation is ignored, as the kubelet trusts only spec.priority;
-// under the modern rules a pod of priority >= SystemCriticalPriority or a
+// under the modern rules a pod of priority >= systemCriticalPriority or a
 // mirror pod is critical, as the kubelet's IsCriticalPod says.
 func (r CriticalRules) ApplyAPI(p *Pod, a API) {
 	p.FromAPI = true
@@ -181,7 +181,7 @@ func (r CriticalRules) ApplyAPI(p *Pod, a API) {
 		p.Priority, p.HasPriority = *a.Priority, true
 	}
 	if mode, _ := r.mode(); mode == ModeModern {
-		p.Critical = p.Critical || a.Mirror || (p.HasPriority && p.Priority >= SystemCriticalPriority)
+		p.Critical = p.Critical || a.Mirror || (p.HasPriority && p.Priority >= systemCriticalPriority)
 		p.Evictable = !p.Critical
 	}
 }

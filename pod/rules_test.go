@@ -9,7 +9,7 @@ import "testing"
 // the operator named a priority annotation, and whatever the API says.
 func TestApplyAPIPriorityOnlyFromAPI(t *testing.T) {
 	i32 := func(v int32) *int32 { return &v }
-	claim := map[string]string{AnnotationConfigSource: ConfigSourceAPI, PolicyPriorityAnnotation: "2000000000"}
+	claim := map[string]string{AnnotationConfigSource: configSourceAPI, PolicyPriorityAnnotation: "2000000000"}
 	tests := []struct {
 		name         string
 		rules        CriticalRules
@@ -22,7 +22,7 @@ func TestApplyAPIPriorityOnlyFromAPI(t *testing.T) {
 		{"default rules, API priority 0", CriticalRules{}, i32(0), false, 0, true},
 		{"annotation named, no API priority", CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}, nil, false, 0, false},
 		{"annotation named, API priority 100", CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}, i32(100), false, 100, true},
-		{"annotation named, API system-critical", CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}, i32(SystemCriticalPriority), true, SystemCriticalPriority, true},
+		{"annotation named, API system-critical", CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}, i32(systemCriticalPriority), true, systemCriticalPriority, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

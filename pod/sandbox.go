@@ -85,7 +85,7 @@ func fromConfig(cfg *runtimeapi.PodSandboxConfig, rules CriticalRules) (*Pod, er
 	linux := cfg.GetLinux()
 	p.CgroupParent = linux.GetCgroupParent()
 	p.MemoryLimitBytes = max(linux.GetResources().GetMemoryLimitInBytes(), 0)
-	if q, ok := QOSFromCgroupParent(p.CgroupParent); ok {
+	if q, ok := qosFromCgroupParent(p.CgroupParent); ok {
 		p.QOS = q
 	} else {
 		p.QOS = qosFromResources(linux.GetResources())

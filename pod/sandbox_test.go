@@ -32,16 +32,16 @@ func TestFromSandboxConfigClassification(t *testing.T) {
 	const be = "/kubepods/besteffort/pod" + testUID
 	api := map[string]string{AnnotationConfigSource: "api"}
 	file := map[string]string{AnnotationConfigSource: "file"}
-	crit := map[string]string{AnnotationConfigSource: "api", AnnotationCriticalPod: ""}
-	critVal := map[string]string{AnnotationConfigSource: "api", AnnotationCriticalPod: "true"}
-	fileCrit := map[string]string{AnnotationConfigSource: "file", AnnotationCriticalPod: ""}
+	crit := map[string]string{AnnotationConfigSource: "api", annotationCriticalPod: ""}
+	critVal := map[string]string{AnnotationConfigSource: "api", annotationCriticalPod: "true"}
+	fileCrit := map[string]string{AnnotationConfigSource: "file", annotationCriticalPod: ""}
 	prio := func(v string) map[string]string {
 		return map[string]string{AnnotationConfigSource: "api", PolicyPriorityAnnotation: v}
 	}
 	modern := CriticalRules{}
 	// the annotation is read only where the operator names it
 	modernAnn := CriticalRules{PriorityAnnotation: PolicyPriorityAnnotation}
-	seed := CriticalRules{Mode: ModeSeed}
+	seed := CriticalRules{Mode: modeSeed}
 	tests := []struct {
 		name        string
 		rules       CriticalRules
@@ -58,7 +58,7 @@ func TestFromSandboxConfigClassification(t *testing.T) {
 		{"modern no annotations", modern, "default", nil, false, false, true, 0, false, 0},
 		{"modern static file", modern, "default", file, true, true, false, 0, false, 0},
 		{"modern static http", modern, "default", map[string]string{AnnotationConfigSource: "http"}, true, true, false, 0, false, 0},
-		{"modern mirror", modern, "default", map[string]string{AnnotationConfigMirror: "abc"}, false, true, false, 0, false, 0},
+		{"modern mirror", modern, "default", map[string]string{annotationConfigMirror: "abc"}, false, true, false, 0, false, 0},
 		{"modern priority critical", modernAnn, "default", prio("2000000000"), false, true, false, 2000000000, true, 0},
 		{"modern priority node critical", modernAnn, "default", prio("2000001000"), false, true, false, 2000001000, true, 0},
 		{"modern priority below", modernAnn, "default", prio("1999999999"), false, false, true, 1999999999, true, 0},
@@ -67,20 +67,20 @@ func TestFromSandboxConfigClassification(t *testing.T) {
 		{"modern priority bad", modernAnn, "default", prio("high"), false, false, true, 0, false, 1},
 		{"modern priority overflow", modernAnn, "default", prio("3000000000"), false, false, true, 0, false, 1},
 		{"modern priority annotation not read by default", modern, "default", prio("2000000000"), false, false, true, 0, false, 0},
-		{"modern annotation ignored", modern, NamespaceSystem, crit, false, false, true, 0, false, 0},
+		{"modern annotation ignored", modern, namespaceSystem, crit, false, false, true, 0, false, 0},
 		{"modern listed namespace", CriticalRules{Namespaces: []string{"infra"}}, "infra", api, false, true, false, 0, false, 0},
 		{"modern other namespace", CriticalRules{Namespaces: []string{"infra"}}, "default", api, false, false, true, 0, false, 0},
 		{"modern custom priority annotation", CriticalRules{PriorityAnnotation: "x/prio"}, "default",
 			map[string]string{"x/prio": "2000000000", PolicyPriorityAnnotation: "1"}, false, true, false, 2000000000, true, 0},
-		{"seed annotation in kube-system", seed, NamespaceSystem, crit, false, true, true, 0, false, 0},
-		{"seed annotation with value", seed, NamespaceSystem, critVal, false, false, true, 0, false, 0},
+		{"seed annotation in kube-system", seed, namespaceSystem, crit, false, true, true, 0, false, 0},
+		{"seed annotation with value", seed, namespaceSystem, critVal, false, false, true, 0, false, 0},
 		{"seed annotation outside kube-system", seed, "default", crit, false, false, true, 0, false, 0},
-		{"seed kube-system without annotation", seed, NamespaceSystem, api, false, false, true, 0, false, 0},
-		{"seed static without annotation", seed, NamespaceSystem, file, true, false, true, 0, false, 0},
-		{"seed static critical", seed, NamespaceSystem, fileCrit, true, true, false, 0, false, 0},
-		{"seed priority ignored", CriticalRules{Mode: ModeSeed, PriorityAnnotation: PolicyPriorityAnnotation}, "default", prio("2000000000"), false, false, true, 2000000000, true, 0},
-		{"seed listed namespace", CriticalRules{Mode: ModeSeed, Namespaces: []string{"infra"}}, "infra", api, false, true, true, 0, false, 0},
-		{"seed listed namespace static", CriticalRules{Mode: ModeSeed, Namespaces: []string{"infra"}}, "infra", file, true, true, false, 0, false, 0},
+		{"seed kube-system without annotation", seed, namespaceSystem, api, false, false, true, 0, false, 0},
+		{"seed static without annotation", seed, namespaceSystem, file, true, false, true, 0, false, 0},
+		{"seed static critical", seed, namespaceSystem, fileCrit, true, true, false, 0, false, 0},
+		{"seed priority ignored", CriticalRules{Mode: modeSeed, PriorityAnnotation: PolicyPriorityAnnotation}, "default", prio("2000000000"), false, false, true, 2000000000, true, 0},
+		{"seed listed namespace", CriticalRules{Mode: modeSeed, Namespaces: []string{"infra"}}, "infra", api, false, true, true, 0, false, 0},
+		{"seed listed namespace static", CriticalRules{Mode: modeSeed, Namespaces: []string{"infra"}}, "infra", file, true, true, false, 0, false, 0},
 		{"explicit modern mode", CriticalRules{Mode: ModeModern}, "default", file, true, true, false, 0, false, 0},
 	}
 	for _, tt := range tests {
@@ -301,7 +301,7 @@ func TestCriticalRulesValidate(t *testing.T) {
 	}{
 		{"zero", CriticalRules{}, false},
 		{"modern", CriticalRules{Mode: ModeModern, Namespaces: []string{"kube-system"}}, false},
-		{"seed", CriticalRules{Mode: ModeSeed, PriorityAnnotation: "x.io/p"}, false},
+		{"seed", CriticalRules{Mode: modeSeed, PriorityAnnotation: "x.io/p"}, false},
 		{"unknown mode", CriticalRules{Mode: "Modern"}, true},
 		{"empty namespace", CriticalRules{Namespaces: []string{""}}, true},
 		{"namespace with slash", CriticalRules{Namespaces: []string{"a/b"}}, true},
@@ -332,11 +332,11 @@ func BenchmarkFromSandboxConfig(b *testing.B) {
 // TestRulesAnnotations: every annotation classify reads is among the
 // rules' Annotations: a pod keeping only those is classified the same.
 func TestRulesAnnotations(t *testing.T) {
-	for _, rules := range []CriticalRules{{}, {PriorityAnnotation: "x.io/prio"}, {Mode: ModeSeed, PriorityAnnotation: "x.io/p"}} {
-		ann := map[string]string{AnnotationConfigSource: "file", AnnotationConfigMirror: "m", AnnotationCriticalPod: "",
+	for _, rules := range []CriticalRules{{}, {PriorityAnnotation: "x.io/prio"}, {Mode: modeSeed, PriorityAnnotation: "x.io/p"}} {
+		ann := map[string]string{AnnotationConfigSource: "file", annotationConfigMirror: "m", annotationCriticalPod: "",
 			PolicyPriorityAnnotation: "2000000000", rules.PriorityAnnotation: "2000000000", "other": "x"}
-		full := &Pod{Namespace: NamespaceSystem, Annotations: ann}
-		kept := &Pod{Namespace: NamespaceSystem, Annotations: map[string]string{}}
+		full := &Pod{Namespace: namespaceSystem, Annotations: ann}
+		kept := &Pod{Namespace: namespaceSystem, Annotations: map[string]string{}}
 		for _, k := range rules.Annotations() {
 			kept.Annotations[k] = ann[k]
 		}

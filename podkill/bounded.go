@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// ErrTimeout reports a kill that did not finish in time (a wedged cgroup
+// errTimeout reports a kill that did not finish in time (a wedged cgroup
 // file): the kill is an error, and until the stuck one returns every kill
 // fails with it.
-var ErrTimeout = errors.New("pod kill timed out")
+var errTimeout = errors.New("pod kill timed out")
 
 // DefaultTimeout bounds one kill: a write to cgroup.kill, or a few reads of
 // cgroup.procs and signals.
@@ -17,7 +17,7 @@ const DefaultTimeout = time.Second
 
 // Bounded kills off its caller's goroutine, bounded in time: the caller
 // (the sync loop, which must never block on a file) gets the kill's result,
-// or ErrTimeout after the timeout while the kill goes on in Bounded's own
+// or errTimeout after the timeout while the kill goes on in Bounded's own
 // goroutine. One kill runs at a time; while one is stuck the others fail
 // at the timeout, so nothing piles up.
 type Bounded struct {
@@ -80,7 +80,7 @@ func (b *Bounded) KillPod(cgroupParent string) (int, error) {
 	select {
 	case b.req <- r:
 	case <-t.C:
-		return 0, fmt.Errorf("%w: an earlier kill is still blocked after %s", ErrTimeout, b.timeout)
+		return 0, fmt.Errorf("%w: an earlier kill is still blocked after %s", errTimeout, b.timeout)
 	case <-b.done:
 		return 0, errors.New("pod killer closed")
 	}
@@ -88,6 +88,6 @@ func (b *Bounded) KillPod(cgroupParent string) (int, error) {
 	case res := <-r.resp:
 		return res.killed, res.err
 	case <-t.C:
-		return 0, fmt.Errorf("%w: no answer within %s", ErrTimeout, b.timeout)
+		return 0, fmt.Errorf("%w: no answer within %s", errTimeout, b.timeout)
 	}
 }

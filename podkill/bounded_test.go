@@ -11,7 +11,7 @@ import (
 
 // TestBoundedCutsOffAStuckKill: a kill whose cgroup.kill write does not
 // return (here a FIFO nobody reads, as a wedged cgroup file) gives
-// ErrTimeout after the timeout, and a kill asked for while it is stuck
+// errTimeout after the timeout, and a kill asked for while it is stuck
 // fails too instead of queueing; once it returns, kills work again.
 func TestBoundedCutsOffAStuckKill(t *testing.T) {
 	root := t.TempDir()
@@ -30,7 +30,7 @@ func TestBoundedCutsOffAStuckKill(t *testing.T) {
 	_, err1 := b.KillPod("/kubepods/pod1")
 	_, err2 := b.KillPod("/kubepods/pod1")
 	elapsed := time.Since(start)
-	if !errors.Is(err1, ErrTimeout) || !errors.Is(err2, ErrTimeout) {
+	if !errors.Is(err1, errTimeout) || !errors.Is(err2, errTimeout) {
 		t.Fatalf("errors %v, %v; want ErrTimeout", err1, err2)
 	}
 	if elapsed > 5*time.Second {

@@ -4,9 +4,9 @@
 //
 // Its rules:
 //   - Only a cgroup strictly under the pods cgroup is ever signalled
-//     (ErrNotAPodCgroup).
+//     (errNotAPodCgroup).
 //   - No kill blocks its caller: Bounded runs each on a goroutine of its
-//     own, its caller waiting at most a timeout (ErrTimeout), since a
+//     own, its caller waiting at most a timeout (errTimeout), since a
 //     wedged cgroup file must not hold the sync loop.
 //
 // Package podkill takes where the memory hierarchy is from package

@@ -15,10 +15,10 @@ import (
 	"github.com/cri-guard/cri-guard/pressure"
 )
 
-// ErrNotAPodCgroup is returned by KillPod for a cgroup that is not strictly
+// errNotAPodCgroup is returned by KillPod for a cgroup that is not strictly
 // under the pods cgroup (or when no pods cgroup is configured): nothing
 // else is ever signalled.
-var ErrNotAPodCgroup = errors.New("not a cgroup under the pods cgroup")
+var errNotAPodCgroup = errors.New("not a cgroup under the pods cgroup")
 
 // Killer kills pod cgroups' processes in the hierarchy that holds the
 // memory controller, where the pods' processes surely are.
@@ -56,7 +56,7 @@ func (k *Killer) KillPod(cgroupParent string) (int, error) {
 		return 0, fmt.Errorf("kill pod: %w", err)
 	}
 	if k.podsGroup == "" || !strings.HasPrefix(group, strings.TrimSuffix(k.podsGroup, "/")+"/") {
-		return 0, fmt.Errorf("kill pod %q: %w %q", cgroupParent, ErrNotAPodCgroup, k.podsGroup)
+		return 0, fmt.Errorf("kill pod %q: %w %q", cgroupParent, errNotAPodCgroup, k.podsGroup)
 	}
 	dir := filepath.Join(k.memoryDir, group)
 	switch k.memoryVersion {

@@ -22,7 +22,7 @@ func TestKillPodRefusesOutsidePods(t *testing.T) {
 			t.Errorf("KillPod(%q) signalled, want a refusal", parent)
 		}
 	}
-	if _, err := New("", 1, "").KillPod("/kubepods/pod1"); !errors.Is(err, ErrNotAPodCgroup) {
+	if _, err := New("", 1, "").KillPod("/kubepods/pod1"); !errors.Is(err, errNotAPodCgroup) {
 		t.Errorf("no pods cgroup: err = %v, want ErrNotAPodCgroup", err)
 	}
 }

@@ -6,17 +6,17 @@ import (
 	"time"
 )
 
-// ErrStatsTimeout reports a stats read that did not finish in time (a hung
+// errStatsTimeout reports a stats read that did not finish in time (a hung
 // NFS or FUSE mount, a wedged cgroup file): the sample is an error, and
 // until the stuck read returns every sample fails at once with it.
-var ErrStatsTimeout = errors.New("stats read timed out")
+var errStatsTimeout = errors.New("stats read timed out")
 
 // DefaultReadTimeout bounds one sample: a node sample takes about 20 µs.
 const DefaultReadTimeout = time.Second
 
 // Bounded reads stats off its caller's goroutine, bounded in time: the
 // caller (the sync loop, which must never block on a file) gets the sample,
-// or ErrStatsTimeout after the timeout while the read goes on in the
+// or errStatsTimeout after the timeout while the read goes on in the
 // sampler's own goroutine. One read runs at a time; while one is stuck the
 // others fail at once, so nothing piles up.
 type Bounded struct {
@@ -83,7 +83,7 @@ func (b *Bounded) call(r boundedReq) boundedResp {
 	select {
 	case b.req <- r:
 	case <-t.C:
-		return boundedResp{err: fmt.Errorf("%w: an earlier read is still blocked after %s", ErrStatsTimeout, b.timeout)}
+		return boundedResp{err: fmt.Errorf("%w: an earlier read is still blocked after %s", errStatsTimeout, b.timeout)}
 	case <-b.done:
 		return boundedResp{err: errors.New("stats reader closed")}
 	}
@@ -91,7 +91,7 @@ func (b *Bounded) call(r boundedReq) boundedResp {
 	case res := <-r.resp:
 		return res
 	case <-t.C:
-		return boundedResp{err: fmt.Errorf("%w: no answer within %s", ErrStatsTimeout, b.timeout)}
+		return boundedResp{err: fmt.Errorf("%w: no answer within %s", errStatsTimeout, b.timeout)}
 	}
 }
 

@@ -45,7 +45,7 @@ func TestStatsFileIsFIFO(t *testing.T) {
 }
 
 // TestBoundedCutsOffABlockedRead: a read that does not return gives
-// ErrStatsTimeout after the timeout, and later calls fail at once while it
+// errStatsTimeout after the timeout, and later calls fail at once while it
 // is stuck; once it returns, samples work again.
 func TestBoundedCutsOffABlockedRead(t *testing.T) {
 	s := newTreeSampler(t, copyTree(t, "hybrid"), "")
@@ -57,7 +57,7 @@ func TestBoundedCutsOffABlockedRead(t *testing.T) {
 	_, err2 := b.Node()
 	elapsed := time.Since(start)
 	s.mu.Unlock()
-	if !errors.Is(err1, ErrStatsTimeout) || !errors.Is(err2, ErrStatsTimeout) {
+	if !errors.Is(err1, errStatsTimeout) || !errors.Is(err2, errStatsTimeout) {
 		t.Fatalf("errors %v, %v; want ErrStatsTimeout", err1, err2)
 	}
 	if elapsed > 5*time.Second {

@@ -11,7 +11,7 @@
 //     SysRoot), so tests run on fake trees.
 //   - No read blocks its caller: stats files are opened O_NONBLOCK and read
 //     only when regular, and Bounded runs each sample on a goroutine of its
-//     own, its caller waiting at most a timeout (ErrStatsTimeout).
+//     own, its caller waiting at most a timeout (errStatsTimeout).
 //   - Each signal stands or fails on its own: a broken pressure file loses
 //     the PSI signals only (NodeSample.PSIError), a broken pods cgroup the
 //     pods cgroup's signals only (NodeSample.PodsError).

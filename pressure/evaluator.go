@@ -29,7 +29,7 @@ type Met struct {
 // "memory.pressure.full.avg10 52% > 40%".
 func (m Met) String() string {
 	op, limit := "<", ""
-	if m.Threshold.Operator == OpGreaterThan {
+	if m.Threshold.Operator == opGreaterThan {
 		op, limit = ">", formatPercent(roundPercent(m.Limit))
 	} else {
 		limit = formatBytes(int64(m.Limit))
@@ -201,7 +201,7 @@ func (e *Evaluator) Evaluate(now time.Time, obs map[Signal]Observation) Result {
 // enforceMinReclaim the limit is moved by the minimum reclaim.
 func thresholdMet(t Threshold, o Observation, enforceMinReclaim bool) (Met, bool) {
 	m := Met{Threshold: t, Observed: o}
-	if t.Operator == OpGreaterThan {
+	if t.Operator == opGreaterThan {
 		limit := t.Value.Percentage * 100
 		if enforceMinReclaim && t.MinReclaim != nil {
 			limit -= t.MinReclaim.Percentage * 100

@@ -13,10 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrNoMemoryEvents is returned by Sampler.MemoryEventsWatcher when the
+// errNoMemoryEvents is returned by Sampler.MemoryEventsWatcher when the
 // pods cgroup is not in a v2 memory hierarchy (v1 has the memcg
 // notifications instead) or no pods cgroup is configured.
-var ErrNoMemoryEvents = errors.New("no cgroup v2 memory.events for the pods cgroup")
+var errNoMemoryEvents = errors.New("no cgroup v2 memory.events for the pods cgroup")
 
 // MemoryEventsWatcher wakes the sync loop when the pods cgroup's
 // memory.events.local changes (cgroup v2; memory.events where the kernel
@@ -44,10 +44,10 @@ type MemoryEventsWatcher struct {
 }
 
 // MemoryEventsWatcher returns the watcher of the pods cgroup's
-// memory.events, or ErrNoMemoryEvents.
+// memory.events, or errNoMemoryEvents.
 func (s *Sampler) MemoryEventsWatcher() (*MemoryEventsWatcher, error) {
 	if s.podsGroup == "" || s.layout.memoryVersion != 2 {
-		return nil, ErrNoMemoryEvents
+		return nil, errNoMemoryEvents
 	}
 	return &MemoryEventsWatcher{dir: filepath.Join(s.layout.memoryDir, s.podsGroup)}, nil
 }
@@ -76,7 +76,7 @@ func (w *MemoryEventsWatcher) Run(ctx context.Context, fire func()) error {
 	}
 	for ctx.Err() == nil {
 		err := w.watch(ctx, fire)
-		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, ErrCgroupGone) {
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, errCgroupGone) {
 			return err
 		}
 		select {
@@ -88,7 +88,7 @@ func (w *MemoryEventsWatcher) Run(ctx context.Context, fire func()) error {
 }
 
 // watch follows one events file until ctx ends (nil), the file is gone
-// (ErrCgroupGone, os.ErrNotExist) or inotify fails.
+// (errCgroupGone, os.ErrNotExist) or inotify fails.
 func (w *MemoryEventsWatcher) watch(ctx context.Context, fire func()) error {
 	path := w.file()
 	last, err := os.ReadFile(path)
@@ -149,7 +149,7 @@ func (w *MemoryEventsWatcher) watch(ctx context.Context, fire func()) error {
 		}
 		b, err := os.ReadFile(path)
 		if err != nil || gone {
-			return ErrCgroupGone
+			return errCgroupGone
 		}
 		if bytes.Equal(b, last) {
 			continue

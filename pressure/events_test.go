@@ -81,7 +81,7 @@ func TestMemoryEventsWatcherNeedsV2(t *testing.T) {
 		{podsGroup: "/kubepods", layout: layout{memoryVersion: 1}},
 		{layout: layout{memoryVersion: 2}},
 	} {
-		if _, err := s.MemoryEventsWatcher(); !errors.Is(err, ErrNoMemoryEvents) {
+		if _, err := s.MemoryEventsWatcher(); !errors.Is(err, errNoMemoryEvents) {
 			t.Errorf("%+v: err = %v, want ErrNoMemoryEvents", s.layout, err)
 		}
 	}

@@ -24,9 +24,9 @@ type groupMemory struct {
 	HasRequest   bool
 }
 
-// WorkingSetBytes is usage minus inactive file pages, never negative (the
+// workingSetBytes is usage minus inactive file pages, never negative (the
 // kubelet's and cAdvisor's working set).
-func (g groupMemory) WorkingSetBytes() int64 {
+func (g groupMemory) workingSetBytes() int64 {
 	if g.InactiveFileBytes >= g.UsageBytes {
 		return 0
 	}

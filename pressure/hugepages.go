@@ -12,9 +12,9 @@ import (
 	"strings"
 )
 
-// DefaultSysRoot is where sysfs is mounted; a SamplerConfig.SysRoot left
+// defaultSysRoot is where sysfs is mounted; a SamplerConfig.SysRoot left
 // empty means this.
-const DefaultSysRoot = "/sys"
+const defaultSysRoot = "/sys"
 
 // hugePagesDir holds one directory per huge page size the kernel offers
 // (hugepages-2048kB, hugepages-1048576kB), relative to the sysfs root. It

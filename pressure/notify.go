@@ -252,7 +252,7 @@ func (n *MemcgNotifier) wait(ctx context.Context, thr int64) (bool, error) {
 	}
 	// the kernel also signals the eventfd when the cgroup is removed
 	if _, err := os.Stat(filepath.Join(n.dir, "memory.usage_in_bytes")); err != nil {
-		return false, ErrCgroupGone
+		return false, errCgroupGone
 	}
 	return true, nil
 }

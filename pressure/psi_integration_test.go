@@ -179,7 +179,7 @@ func removeCgroup(dir string) error {
 }
 
 // TestTriggerCgroupGone arms a trigger on a fresh unified cgroup and removes
-// the cgroup: Run must end with ErrCgroupGone.
+// the cgroup: Run must end with errCgroupGone.
 func TestTriggerCgroupGone(t *testing.T) {
 	uni := "/sys/fs/cgroup/unified"
 	if _, err := os.Stat(filepath.Join(uni, "cgroup.controllers")); err != nil {
@@ -200,7 +200,7 @@ func TestTriggerCgroupGone(t *testing.T) {
 	if err := os.Remove(dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-runDone; !errors.Is(err, ErrCgroupGone) {
+	if err := <-runDone; !errors.Is(err, errCgroupGone) {
 		t.Errorf("Run after rmdir = %v, want ErrCgroupGone", err)
 	}
 }

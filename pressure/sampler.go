@@ -180,7 +180,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		cfg.ProcRoot = DefaultProcRoot
 	}
 	if cfg.SysRoot == "" {
-		cfg.SysRoot = DefaultSysRoot
+		cfg.SysRoot = defaultSysRoot
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -364,7 +364,7 @@ func (s *Sampler) rootWorkingSetV2(mi meminfo) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return groupMemory{UsageBytes: usage, InactiveFileBytes: inactive}.WorkingSetBytes(), nil
+	return groupMemory{UsageBytes: usage, InactiveFileBytes: inactive}.workingSetBytes(), nil
 }
 
 // samplePods fills the allocatable and pods PSI fields of n.
@@ -383,7 +383,7 @@ func (s *Sampler) samplePods(n *NodeSample) error {
 		}
 		n.HasAllocatable = true
 		n.AllocatableCapacityBytes = capacity
-		n.AllocatableAvailableBytes = capacity - g.WorkingSetBytes()
+		n.AllocatableAvailableBytes = capacity - g.workingSetBytes()
 		n.AllocatableInactiveFileBytes = g.InactiveFileBytes
 	}
 	some, full, ok, err := s.readGroupPSI(s.podsGroup)
@@ -417,7 +417,7 @@ func (s *Sampler) Pod(cgroupParent string) (PodStats, error) {
 	if ok {
 		p.HasMemory = true
 		p.UsageBytes = g.UsageBytes
-		p.WorkingSetBytes = g.WorkingSetBytes()
+		p.WorkingSetBytes = g.workingSetBytes()
 		p.RequestBytes, p.HasRequest = g.RequestBytes, g.HasRequest
 	}
 	p.Some, p.Full, p.HasPSI, err = s.readGroupPSI(group)

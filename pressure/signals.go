@@ -29,30 +29,30 @@ type Operator string
 
 // Operators, named as the kubelet names them.
 const (
-	// OpLessThan is met when the observed value is below the threshold
+	// opLessThan is met when the observed value is below the threshold
 	// (memory signals).
-	OpLessThan Operator = "LessThan"
-	// OpGreaterThan is met when the observed value is above the threshold
+	opLessThan Operator = "LessThan"
+	// opGreaterThan is met when the observed value is above the threshold
 	// (PSI signals).
-	OpGreaterThan Operator = "GreaterThan"
+	opGreaterThan Operator = "GreaterThan"
 )
 
-// OperatorFor returns the operator of a known signal; ok is false for an
+// operatorFor returns the operator of a known signal; ok is false for an
 // unknown signal.
-func OperatorFor(s Signal) (op Operator, ok bool) {
+func operatorFor(s Signal) (op Operator, ok bool) {
 	switch s {
 	case SignalMemoryAvailable, SignalAllocatableMemoryAvailable:
-		return OpLessThan, true
+		return opLessThan, true
 	case SignalPSISomeAvg10, SignalPSISomeAvg60, SignalPSIFullAvg10, SignalPSIFullAvg60:
-		return OpGreaterThan, true
+		return opGreaterThan, true
 	}
 	return "", false
 }
 
 // IsPSI reports whether s is a PSI (percent) signal.
 func (s Signal) IsPSI() bool {
-	op, ok := OperatorFor(s)
-	return ok && op == OpGreaterThan
+	op, ok := operatorFor(s)
+	return ok && op == opGreaterThan
 }
 
 // Observation is the observed value of one signal.

@@ -49,7 +49,7 @@ func roundPercent(p float64) float64 {
 type Threshold struct {
 	// Signal is what the threshold watches.
 	Signal Signal
-	// Operator is OpLessThan for memory signals, OpGreaterThan for PSI.
+	// Operator is opLessThan for memory signals, opGreaterThan for PSI.
 	Operator Operator
 	// Hard thresholds act at once; soft ones after GracePeriod. As in the
 	// kubelet, a soft threshold whose grace period is 0 is hard.
@@ -74,7 +74,7 @@ func (t Threshold) String() string {
 		b.WriteString("soft ")
 	}
 	b.WriteString(string(t.Signal))
-	if t.Operator == OpGreaterThan {
+	if t.Operator == opGreaterThan {
 		b.WriteString(">")
 	} else {
 		b.WriteString("<")
@@ -140,7 +140,7 @@ func ParseThresholds(cfg ThresholdConfig) ([]Threshold, error) {
 	}
 	grace := make(map[Signal]time.Duration, len(cfg.SoftGracePeriod))
 	for _, sig := range sortedKeys(cfg.SoftGracePeriod) {
-		if _, ok := OperatorFor(Signal(sig)); !ok {
+		if _, ok := operatorFor(Signal(sig)); !ok {
 			return nil, fmt.Errorf("evictionSoftGracePeriod[%s]: unsupported eviction signal", sig)
 		}
 		d, err := time.ParseDuration(cfg.SoftGracePeriod[sig])
@@ -194,7 +194,7 @@ func ParseThresholds(cfg ThresholdConfig) ([]Threshold, error) {
 // parseThresholdStatement mirrors the kubelet's parseThresholdStatement; a
 // nil threshold means disabled ("0%" or "100%").
 func parseThresholdStatement(sig Signal, val string) (*Threshold, error) {
-	op, ok := OperatorFor(sig)
+	op, ok := operatorFor(sig)
 	if !ok {
 		return nil, errors.New("unsupported eviction signal")
 	}
@@ -234,7 +234,7 @@ func parseThresholdStatement(sig Signal, val string) (*Threshold, error) {
 
 // parseMinReclaim mirrors the kubelet's parseMinimumReclaims for one entry.
 func parseMinReclaim(sig Signal, val string) (Value, error) {
-	if _, ok := OperatorFor(sig); !ok {
+	if _, ok := operatorFor(sig); !ok {
 		return Value{}, errors.New("unsupported eviction signal")
 	}
 	if strings.HasSuffix(val, "%") {

@@ -11,9 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrCgroupGone is returned by Trigger.Run when the kernel reports POLLERR on
+// errCgroupGone is returned by Trigger.Run when the kernel reports POLLERR on
 // the pressure file: the cgroup it belongs to was removed.
-var ErrCgroupGone = errors.New("cgroup removed")
+var errCgroupGone = errors.New("cgroup removed")
 
 // ErrTriggerRejected is returned by Trigger.Run when the kernel refuses the
 // trigger (EINVAL): typically a window that is not a multiple of 2 s for a
@@ -130,7 +130,7 @@ func (t *Trigger) String() string { return t.path + ": " + t.spec }
 
 // Run arms the trigger and calls fire each time the kernel signals it (at
 // most once per window), until ctx is cancelled (returns nil), the cgroup is
-// removed (ErrCgroupGone), the kernel refuses the trigger
+// removed (errCgroupGone), the kernel refuses the trigger
 // (ErrTriggerRejected, not retried), the path is no longer a pressure file
 // (ErrNotPressureFile: checked again on the opened file, nothing is written)
 // or another error occurs. fire runs on Run's goroutine and should not block
@@ -186,7 +186,7 @@ func (t *Trigger) Run(ctx context.Context, fire func()) error {
 		}
 		switch re := fds[0].Revents; {
 		case re&(unix.POLLERR|unix.POLLNVAL|unix.POLLHUP) != 0:
-			return fmt.Errorf("psi trigger %q: %w", t.path, ErrCgroupGone)
+			return fmt.Errorf("psi trigger %q: %w", t.path, errCgroupGone)
 		case re&unix.POLLPRI != 0:
 			fire()
 		default:

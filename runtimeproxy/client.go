@@ -27,8 +27,8 @@ const DefaultMaxMsgSize = 16 << 20
 // Default reconnect backoff: short, so that after containerd comes back calls
 // succeed again within well under a second.
 const (
-	DefaultBackoffBaseDelay = 50 * time.Millisecond
-	DefaultBackoffMaxDelay  = 300 * time.Millisecond
+	defaultBackoffBaseDelay = 50 * time.Millisecond
+	defaultBackoffMaxDelay  = 300 * time.Millisecond
 )
 
 // flow-control windows; fixed (static) so gRPC does not send BDP pings, which
@@ -68,8 +68,8 @@ func New(cfg Config, log *logrus.Entry) (*Client, error) {
 		max = DefaultMaxMsgSize
 	}
 	bp := backoff.DefaultConfig
-	bp.BaseDelay = DefaultBackoffBaseDelay
-	bp.MaxDelay = DefaultBackoffMaxDelay
+	bp.BaseDelay = defaultBackoffBaseDelay
+	bp.MaxDelay = defaultBackoffMaxDelay
 	if cfg.BackoffBaseDelay > 0 {
 		bp.BaseDelay = cfg.BackoffBaseDelay
 	}

@@ -160,7 +160,7 @@ func TestFrameCodec(t *testing.T) {
 				t.Fatal(err)
 			}
 			out.Free()
-			if string(f.Bytes()) != string(tt.in) || f.Len() != len(tt.in) {
+			if string(f.Bytes()) != string(tt.in) || f.size() != len(tt.in) {
 				t.Errorf("round trip: %v, want %v", f.Bytes(), tt.in)
 			}
 			f.Free()

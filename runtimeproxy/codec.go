@@ -7,10 +7,10 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// CodecName is the name the pass-through codec reports. It is "proto" so that
+// codecName is the name the pass-through codec reports. It is "proto" so that
 // the content-type on the wire stays application/grpc+proto: the bytes are
 // protobuf, cri-guard just does not decode them.
-const CodecName = "proto"
+const codecName = "proto"
 
 // Frame is one undecoded gRPC message. It holds references to gRPC's pooled
 // buffers; the codec hands them from the receiving side to the sending side
@@ -23,12 +23,12 @@ type Frame struct {
 // modified afterwards.
 func NewFrame(b []byte) *Frame {
 	f := &Frame{}
-	f.SetBytes(b)
+	f.setBytes(b)
 	return f
 }
 
-// SetBytes replaces the Frame's content with b (not copied).
-func (f *Frame) SetBytes(b []byte) {
+// setBytes replaces the Frame's content with b (not copied).
+func (f *Frame) setBytes(b []byte) {
 	f.Free()
 	if len(b) > 0 {
 		f.data = mem.BufferSlice{mem.SliceBuffer(b)}
@@ -43,8 +43,8 @@ func (f *Frame) Bytes() []byte {
 	return f.data.Materialize()
 }
 
-// Len returns the message length in bytes.
-func (f *Frame) Len() int { return f.data.Len() }
+// size returns the message length in bytes.
+func (f *Frame) size() int { return f.data.Len() }
 
 // Free releases the buffers the Frame holds. It is safe to call more than once
 // and on a Frame whose content was already handed to gRPC.
@@ -86,5 +86,5 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// Name returns CodecName.
-func (Codec) Name() string { return CodecName }
+// Name returns codecName.
+func (Codec) Name() string { return codecName }

@@ -13,7 +13,7 @@
 // those are decoded. RunPodSandbox is one call of the sync loop's
 // operation (SandboxGuard.RunPodSandbox), which forwards through a function
 // the hook hands in; the hook only decodes, calls and returns. Errors are
-// turned into gRPC statuses in one place, ToStatus, and the runtime's
+// turned into gRPC statuses in one place, toStatus, and the runtime's
 // status codes are read only here and in runtimeproxy (runOutcome says
 // what a forwarded RunPodSandbox's answer proves: runtimeproxy.RunOutcome).
 //

@@ -10,9 +10,9 @@ import (
 
 // Sentinel errors a hook returns (wrapped) to pick the gRPC code the kubelet sees.
 var (
-	// ErrInvalidRequest: the request cannot be decoded or lacks required
+	// errInvalidRequest: the request cannot be decoded or lacks required
 	// fields. Mapped to codes.InvalidArgument.
-	ErrInvalidRequest = errors.New("invalid request")
+	errInvalidRequest = errors.New("invalid request")
 )
 
 // Refusal is implemented by errors that refuse admission of a pod. The error's
@@ -24,10 +24,10 @@ type Refusal interface {
 	AdmissionRefused() (reason, message string)
 }
 
-// ToStatus is the one place where errors become gRPC statuses. Errors that
+// toStatus is the one place where errors become gRPC statuses. Errors that
 // already carry a status (the runtime's, passed through) are returned
 // unchanged; nil stays nil.
-func ToStatus(err error) error {
+func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -39,7 +39,7 @@ func ToStatus(err error) error {
 	case errors.As(err, &r):
 		reason, msg := r.AdmissionRefused()
 		return status.Error(codes.ResourceExhausted, reason+": "+msg)
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, errInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

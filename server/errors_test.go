@@ -23,7 +23,7 @@ func TestToStatus(t *testing.T) {
 		{name: "status passes unchanged", err: runtimeErr, wantCode: codes.NotFound, wantMsg: "sandbox not found", same: true},
 		{name: "refusal", err: fmt.Errorf("admit: %w", refusal{"Evicted", "The node had condition: [MemoryPressure]. "}),
 			wantCode: codes.ResourceExhausted, wantMsg: "Evicted: The node had condition: [MemoryPressure]. "},
-		{name: "invalid", err: fmt.Errorf("decode: %w", ErrInvalidRequest), wantCode: codes.InvalidArgument, wantMsg: "decode: invalid request"},
+		{name: "invalid", err: fmt.Errorf("decode: %w", errInvalidRequest), wantCode: codes.InvalidArgument, wantMsg: "decode: invalid request"},
 		{name: "deadline", err: fmt.Errorf("x: %w", context.DeadlineExceeded), wantCode: codes.DeadlineExceeded, wantMsg: "x: context deadline exceeded"},
 		{name: "canceled", err: context.Canceled, wantCode: codes.Canceled, wantMsg: "context canceled"},
 		{name: "wrapped status keeps code", err: fmt.Errorf("stop sandbox %q: %w", "s1", runtimeErr), wantCode: codes.NotFound,
@@ -32,7 +32,7 @@ func TestToStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := ToStatus(tt.err)
+			got := toStatus(tt.err)
 			if tt.err == nil {
 				if got != nil {
 					t.Fatalf("ToStatus(nil) = %v", got)

@@ -46,5 +46,5 @@ func (s *Server) serveEvents(ss grpc.ServerStream) error {
 	if s.drainCtx.Err() != nil {
 		return status.Error(codes.Unavailable, "cri-guard is shutting down")
 	}
-	return ToStatus(sub.Err())
+	return toStatus(sub.Err())
 }

@@ -76,7 +76,7 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string) error {
 		ss.SetTrailer(trl)
 	}
 	if err != nil {
-		return ToStatus(err)
+		return toStatus(err)
 	}
 	// The response headers always carry content-type, which gRPC sets
 	// itself: forward only custom headers (saves a header copy per call).
@@ -115,7 +115,7 @@ func (s *Server) forwardHooked(ss grpc.ServerStream, method string, h UnaryHook)
 	}
 	resp, err := h(outgoing(ss.Context()), req, next)
 	if err != nil {
-		return ToStatus(err)
+		return toStatus(err)
 	}
 	return ss.SendMsg(runtimeproxy.NewFrame(resp))
 }
@@ -141,7 +141,7 @@ func (s *Server) forwardStream(ss grpc.ServerStream, method string) error {
 
 	cs, err := s.backend.NewStream(ctx, method)
 	if err != nil {
-		return ToStatus(err)
+		return toStatus(err)
 	}
 	// Upstream: kubelet → runtime. Not waited for: it ends when the client
 	// half-closes or the call ends (RecvMsg then fails).
@@ -183,7 +183,7 @@ func (s *Server) forwardStream(ss grpc.ServerStream, method string) error {
 			if s.drainCtx.Err() != nil && status.Code(err) == codes.Canceled {
 				return status.Error(codes.Unavailable, "cri-guard is shutting down")
 			}
-			return ToStatus(err)
+			return toStatus(err)
 		}
 		if err := ss.SendMsg(&f); err != nil {
 			f.Free()

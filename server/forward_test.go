@@ -266,7 +266,7 @@ func TestStopEndsStreamsWithUnavailable(t *testing.T) {
 	if _, err := stream.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	go e.srv.Stop()
+	go e.srv.stop()
 	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("after Stop: %v, want Unavailable", err)
 	}

@@ -34,7 +34,7 @@ func TestHooks(t *testing.T) {
 		runtimeapi.RuntimeService_RunPodSandbox_FullMethodName: func(ctx context.Context, raw []byte, next UnaryNext) ([]byte, error) {
 			var req runtimeapi.RunPodSandboxRequest
 			if err := proto.Unmarshal(raw, &req); err != nil {
-				return nil, fmt.Errorf("decode: %w: %w", ErrInvalidRequest, err)
+				return nil, fmt.Errorf("decode: %w: %w", errInvalidRequest, err)
 			}
 			rec.mu.Lock()
 			rec.names = append(rec.names, req.GetConfig().GetMetadata().GetName())

@@ -128,7 +128,7 @@ func socketPath(e *env) string { return filepath.Join(e.dir, "guard", "cri-guard
 
 // TestHeadersFloodIsBounded: one connection opens 5,000 streams with
 // HEADERS only (a call that never sends its message). With the production
-// limit the server keeps DefaultMaxConcurrentStreams of them and refuses
+// limit the server keeps defaultMaxConcurrentStreams of them and refuses
 // the rest (RST_STREAM REFUSED_STREAM), so goroutines stay bounded; the
 // kubelet's calls on its own connection are served meanwhile; once the
 // connection closes the goroutines are gone.
@@ -154,15 +154,15 @@ func TestHeadersFloodIsBounded(t *testing.T) {
 			t.Fatalf("HEADERS %d: %v", i, err)
 		}
 	}
-	wantRefused := int64(streams - DefaultMaxConcurrentStreams)
+	wantRefused := int64(streams - defaultMaxConcurrentStreams)
 	waitFor(20*time.Second, func() bool { return fc.refused.Load() >= wantRefused })
 	during := runtime.NumGoroutine()
 	t.Logf("goroutines: %d before, %d with %d streams sent (%d refused)", base, during, streams, fc.refused.Load())
 	if got := fc.refused.Load(); got != wantRefused {
-		t.Errorf("%d streams refused, want %d (all beyond %d)", got, wantRefused, DefaultMaxConcurrentStreams)
+		t.Errorf("%d streams refused, want %d (all beyond %d)", got, wantRefused, defaultMaxConcurrentStreams)
 	}
-	if during-base > DefaultMaxConcurrentStreams+500 {
-		t.Errorf("%d goroutines more during the flood, want at most about one per allowed stream (%d)", during-base, DefaultMaxConcurrentStreams)
+	if during-base > defaultMaxConcurrentStreams+500 {
+		t.Errorf("%d goroutines more during the flood, want at most about one per allowed stream (%d)", during-base, defaultMaxConcurrentStreams)
 	}
 	// the kubelet's connection is served meanwhile
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -170,7 +170,7 @@ func kubeletVersion(t *testing.T, e *env) {
 // process (the kubelet) is served.
 func TestEventStreamsOfOneProcessLeaveRoomForAnother(t *testing.T) {
 	e := newEnv(t, nil)
-	startHelper(t, helperEvents, socketPath(e), DefaultMaxConnections)
+	startHelper(t, helperEvents, socketPath(e), defaultMaxConnections)
 	kubeletVersion(t, e)
 }
 

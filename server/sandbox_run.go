@@ -41,11 +41,11 @@ func SandboxHooks(g SandboxGuard, rules pod.CriticalRules, now func() time.Time)
 		runtimeapi.RuntimeService_RunPodSandbox_FullMethodName: func(ctx context.Context, raw []byte, next UnaryNext) ([]byte, error) {
 			var req runtimeapi.RunPodSandboxRequest
 			if err := proto.Unmarshal(raw, &req); err != nil {
-				return nil, fmt.Errorf("decode RunPodSandboxRequest: %w: %w", ErrInvalidRequest, err)
+				return nil, fmt.Errorf("decode RunPodSandboxRequest: %w: %w", errInvalidRequest, err)
 			}
 			p, err := pod.FromSandboxConfig(req.GetConfig(), req.GetRuntimeHandler(), rules, now())
 			if err != nil {
-				return nil, fmt.Errorf("run pod sandbox: %w: %w", ErrInvalidRequest, err)
+				return nil, fmt.Errorf("run pod sandbox: %w: %w", errInvalidRequest, err)
 			}
 			var out []byte
 			_, err = g.RunPodSandbox(ctx, p, func(ctx context.Context) runtimeproxy.RunOutcome {

@@ -19,31 +19,31 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultMaxConcurrentStreams bounds the calls open at once on one
+	// defaultMaxConcurrentStreams bounds the calls open at once on one
 	// connection (SETTINGS_MAX_CONCURRENT_STREAMS); streams beyond it are
 	// refused (RST_STREAM REFUSED_STREAM). A gRPC client such as the
 	// kubelet's never sees that: it queues calls until a stream is free. The
 	// kubelet has at most a few hundred calls in flight (pod workers, one
 	// event stream), so 1000 is never reached by it and bounds what one
 	// connection costs (a goroutine and buffers per stream).
-	DefaultMaxConcurrentStreams = 1000
-	// DefaultMaxConnections caps the connections served at once on the CRI
+	defaultMaxConcurrentStreams = 1000
+	// defaultMaxConnections caps the connections served at once on the CRI
 	// socket. The kubelet keeps two, crictl two per command, node agents a
 	// few. At the cap a newcomer holding fewer takes the place of the
 	// heaviest peer's newest connection (see listener.go).
-	DefaultMaxConnections = 1024
-	// DefaultMaxConnectionsPerPeer caps the connections of one peer: one
+	defaultMaxConnections = 1024
+	// defaultMaxConnectionsPerPeer caps the connections of one peer: one
 	// process of root, or all the processes of a non-root uid. Half the
 	// cap: the kubelet's room comes from the take-over at the cap, not from
 	// this; it keeps one client from holding every connection, while
 	// clients that open a connection per test and close them late
 	// (critest holds about two per spec it has run, some 250) still work.
-	DefaultMaxConnectionsPerPeer = DefaultMaxConnections / 2
-	// DefaultMaxConnectionIdle closes (GOAWAY) a connection that had no
+	defaultMaxConnectionsPerPeer = defaultMaxConnections / 2
+	// defaultMaxConnectionIdle closes (GOAWAY) a connection that had no
 	// open call for this long. The kubelet calls every second (PLEG
 	// relist) and gRPC reconnects transparently on the next call, so it
 	// never notices; connections left open by others are freed.
-	DefaultMaxConnectionIdle = 5 * time.Minute
+	defaultMaxConnectionIdle = 5 * time.Minute
 	// keepaliveMinTime is the shortest ping interval tolerated, with or
 	// without open calls; a client pinging faster is sent GOAWAY
 	// (too_many_pings). The kubelet's CRI client (k8s.io/cri-client) sends
@@ -77,16 +77,16 @@ type Config struct {
 	// GOMAXPROCS.
 	StreamWorkers int
 	// MaxConcurrentStreams bounds the calls open at once per connection;
-	// 0 means DefaultMaxConcurrentStreams.
+	// 0 means defaultMaxConcurrentStreams.
 	MaxConcurrentStreams uint32
 	// MaxConnections caps the connections served at once; 0 means
-	// DefaultMaxConnections.
+	// defaultMaxConnections.
 	MaxConnections int
 	// MaxConnectionsPerPeer caps the connections of one peer (a process of
-	// root, or a non-root uid); 0 means DefaultMaxConnectionsPerPeer.
+	// root, or a non-root uid); 0 means defaultMaxConnectionsPerPeer.
 	MaxConnectionsPerPeer int
 	// MaxConnectionIdle closes connections without calls for this long;
-	// 0 means DefaultMaxConnectionIdle.
+	// 0 means defaultMaxConnectionIdle.
 	MaxConnectionIdle time.Duration
 	// Observer, when set, is told of every call (see observe.go).
 	Observer Observer
@@ -155,16 +155,16 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 		cfg.StreamWorkers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.MaxConcurrentStreams == 0 {
-		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+		cfg.MaxConcurrentStreams = defaultMaxConcurrentStreams
 	}
 	if cfg.MaxConnections <= 0 {
-		cfg.MaxConnections = DefaultMaxConnections
+		cfg.MaxConnections = defaultMaxConnections
 	}
 	if cfg.MaxConnectionsPerPeer <= 0 {
-		cfg.MaxConnectionsPerPeer = DefaultMaxConnectionsPerPeer
+		cfg.MaxConnectionsPerPeer = defaultMaxConnectionsPerPeer
 	}
 	if cfg.MaxConnectionIdle <= 0 {
-		cfg.MaxConnectionIdle = DefaultMaxConnectionIdle
+		cfg.MaxConnectionIdle = defaultMaxConnectionIdle
 	}
 	s := &Server{
 		cfg:     cfg,
@@ -223,22 +223,22 @@ func (s *Server) Serve(ctx context.Context) error {
 	go func() { errc <- s.grpc.Serve(l) }()
 	select {
 	case err := <-errc:
-		s.Stop()
+		s.stop()
 		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("serve %q: %w", s.cfg.Listen, err)
 		}
 		return nil
 	case <-ctx.Done():
-		s.Stop()
+		s.stop()
 		<-errc
 		return nil
 	}
 }
 
-// Stop stops accepting, ends long-lived streams with Unavailable, lets
+// stop stops accepting, ends long-lived streams with Unavailable, lets
 // in-flight unary calls finish for at most ShutdownTimeout, then closes
 // everything. It is idempotent and safe to call concurrently.
-func (s *Server) Stop() {
+func (s *Server) stop() {
 	s.stopOnce.Do(func() {
 		s.drain()
 		done := make(chan struct{})

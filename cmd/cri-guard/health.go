@@ -29,8 +29,8 @@ func newHealth(log *logrus.Entry, status func(string)) *health {
 	return &health{log: log, status: status, parts: map[string]string{}}
 }
 
-// Set marks part as degraded for reason; a change is logged once.
-func (h *health) Set(part, reason string) {
+// set marks part as degraded for reason; a change is logged once.
+func (h *health) set(part, reason string) {
 	h.mu.Lock()
 	old, had := h.parts[part]
 	h.parts[part] = reason
@@ -41,8 +41,8 @@ func (h *health) Set(part, reason string) {
 	}
 }
 
-// Clear marks part as working again.
-func (h *health) Clear(part string) {
+// clear marks part as working again.
+func (h *health) clear(part string) {
 	h.mu.Lock()
 	_, had := h.parts[part]
 	delete(h.parts, part)
@@ -53,8 +53,8 @@ func (h *health) Clear(part string) {
 	}
 }
 
-// Problems lists "part: reason", sorted.
-func (h *health) Problems() []string {
+// problems lists "part: reason", sorted.
+func (h *health) problems() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make([]string, 0, len(h.parts))
@@ -68,7 +68,7 @@ func (h *health) publish() {
 	if h.status == nil {
 		return
 	}
-	if p := h.Problems(); len(p) > 0 {
+	if p := h.problems(); len(p) > 0 {
 		h.status("degraded: " + strings.Join(p, "; "))
 	} else {
 		h.status("serving")

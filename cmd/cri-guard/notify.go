@@ -60,8 +60,8 @@ func (n *notifier) Ready() {
 	n.send(daemon.SdNotifyReady)
 }
 
-// Status sends STATUS=s, the line `systemctl status` shows.
-func (n *notifier) Status(s string) { n.send("STATUS=" + s) }
+// status sends STATUS=s, the line `systemctl status` shows.
+func (n *notifier) status(s string) { n.send("STATUS=" + s) }
 
 // Stopping sends STOPPING=1; no watchdog ping follows it.
 func (n *notifier) Stopping() {
@@ -71,11 +71,11 @@ func (n *notifier) Stopping() {
 	n.send(daemon.SdNotifyStopping)
 }
 
-// Watchdog sends WATCHDOG=1 when systemd asked for a watchdog, the service
+// watchdog sends WATCHDOG=1 when systemd asked for a watchdog, the service
 // is ready and not stopping, and at least half the watchdog interval has
 // passed since the last ping. It is the sync loop's Watchdog callback: a
 // loop that stops passing makes systemd restart the service.
-func (n *notifier) Watchdog() {
+func (n *notifier) watchdog() {
 	if n.every <= 0 {
 		return
 	}

@@ -154,13 +154,13 @@ func TestNotifierWatchdogRateLimit(t *testing.T) {
 		action  func()
 		want    string // "" = nothing sent
 	}{
-		{"no ping before ready", 0, n.Watchdog, ""},
+		{"no ping before ready", 0, n.watchdog, ""},
 		{"ready", 0, n.Ready, "READY=1"},
-		{"first ping", 0, n.Watchdog, "WATCHDOG=1"},
-		{"too soon", 4 * time.Second, n.Watchdog, ""},
-		{"half interval passed", time.Second, n.Watchdog, "WATCHDOG=1"},
+		{"first ping", 0, n.watchdog, "WATCHDOG=1"},
+		{"too soon", 4 * time.Second, n.watchdog, ""},
+		{"half interval passed", time.Second, n.watchdog, "WATCHDOG=1"},
 		{"stopping", 10 * time.Second, n.Stopping, "STOPPING=1"},
-		{"no ping while stopping", 10 * time.Second, n.Watchdog, ""},
+		{"no ping while stopping", 10 * time.Second, n.watchdog, ""},
 	}
 	buf := make([]byte, 256)
 	for _, s := range steps {

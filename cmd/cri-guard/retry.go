@@ -26,7 +26,7 @@ func startOrRetry(ctx context.Context, wg *sync.WaitGroup, h *health, part strin
 		wg.Go(serve)
 		return
 	}
-	h.Set(part, err.Error()+" (retrying)")
+	h.set(part, err.Error()+" (retrying)")
 	wg.Go(func() {
 		if retryUntil(ctx, h, part, try) {
 			serve()
@@ -47,10 +47,10 @@ func retryUntil(ctx context.Context, h *health, part string, try func() error) b
 		delay = min(2*delay, retryMax)
 		err := try()
 		if err == nil {
-			h.Clear(part)
+			h.clear(part)
 			return true
 		}
-		h.Set(part, err.Error()+" (retrying)")
+		h.set(part, err.Error()+" (retrying)")
 	}
 }
 

@@ -51,9 +51,9 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		}
 	}()
 
-	h := newHealth(logger.WithField("component", "health"), notify.Status)
+	h := newHealth(logger.WithField("component", "health"), notify.status)
 	for _, p := range opts.Problems {
-		h.Set("config", p)
+		h.set("config", p)
 	}
 	var m *metrics.Metrics
 	if cfg.MetricsAddress != "" {
@@ -64,7 +64,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		kc = &lateKube{log: logger.WithField("component", "kube")}
 		_ = kc.try(cfg, logger, m) // else retried once the loop runs (connect)
 	}
-	g, err := newGuard(cfg, rt, logger, m, notify.Watchdog, notify.watchdogInterval()/4, kc)
+	g, err := newGuard(cfg, rt, logger, m, notify.watchdog, notify.watchdogInterval()/4, kc)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 			Snapshot:  ev.Snapshot,
 			Connected: func() bool { return rt.State() == connectivity.Ready },
 			Degraded:  func() bool { return loop.Degraded() != nil },
-			Parts:     h.Problems,
+			Parts:     h.problems,
 			Wakeups:   loop.Wakeups,
 
 			StoreAvailable: g.store.Available,
@@ -133,7 +133,7 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		scfg.Observer = m
 	}
 	if kc != nil {
-		ks := &kubeletStarts{procRoot: "/proc", started: kc.KubeletStarted, log: logger.WithField("component", "kube")}
+		ks := &kubeletStarts{procRoot: "/proc", started: kc.kubeletStarted, log: logger.WithField("component", "kube")}
 		scfg.ProcessConnected = ks.connected
 	}
 	srv, err := server.New(scfg, rt, hooks, logger.WithField("component", "server"))
@@ -249,6 +249,6 @@ func onPressure(kc *lateKube) func(evictor.Pressure) {
 		return nil
 	}
 	return func(p evictor.Pressure) {
-		kc.SetNodePressure(kube.NodePressure{MemoryPressure: p.MemoryPressure, Thresholds: p.Thresholds})
+		kc.setNodePressure(kube.NodePressure{MemoryPressure: p.MemoryPressure, Thresholds: p.Thresholds})
 	}
 }

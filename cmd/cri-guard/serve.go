@@ -129,17 +129,17 @@ func (k *lateKube) Evicted(p *pod.Pod, message string) {
 	k.log.WithFields(logrus.Fields{"pod": p.Name, "namespace": p.Namespace, "pod_uid": p.UID}).Warn("eviction not reported: no API connection yet")
 }
 
-// KubeletStarted is kube.Client.KubeletStarted; before the connection
+// kubeletStarted is kube.Client.KubeletStarted; before the connection
 // there is no report to keep.
-func (k *lateKube) KubeletStarted() {
+func (k *lateKube) kubeletStarted() {
 	if c := k.c.Load(); c != nil {
 		c.KubeletStarted()
 	}
 }
 
-// SetNodePressure is kube.Client.SetNodePressure; before the connection
+// setNodePressure is kube.Client.SetNodePressure; before the connection
 // the last value is kept and written once connected.
-func (k *lateKube) SetNodePressure(p kube.NodePressure) {
+func (k *lateKube) setNodePressure(p kube.NodePressure) {
 	k.mu.Lock()
 	c := k.c.Load()
 	if c == nil {
@@ -181,7 +181,7 @@ func serveMetrics(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, m 
 	startOrRetry(ctx, wg, h, "metrics", func() (err error) { l, err = metrics.Listen(cfg.MetricsAddress); return err }, func() {
 		if err := metrics.Serve(ctx, l, m.Handler(), log); err != nil {
 			log.WithError(err).Error("metrics server stopped")
-			h.Set("metrics", "server stopped: "+err.Error())
+			h.set("metrics", "server stopped: "+err.Error())
 		}
 	})
 }
@@ -195,7 +195,7 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 	}
 	src := admin.Sources{
 		Version: version, DryRun: cfg.DryRun, Snapshot: g.ev.Snapshot, Pods: g.loop.Pods, Degraded: g.loop.Degraded, State: g.stateStatus,
-		Problems: h.Problems,
+		Problems: h.problems,
 		Runtime: func() admin.Runtime {
 			st := rt.State()
 			return admin.Runtime{Endpoint: rt.Endpoint(), State: st.String(), Connected: st == connectivity.Ready}
@@ -218,7 +218,7 @@ func serveAdmin(ctx context.Context, wg *sync.WaitGroup, cfg config.Config, g gu
 		hd := admin.Handler(func() admin.Status { return admin.Build(src) })
 		if err := admin.Serve(ctx, l, hd, log); err != nil {
 			log.WithError(err).Error("admin server stopped")
-			h.Set("admin socket", "server stopped: "+err.Error())
+			h.set("admin socket", "server stopped: "+err.Error())
 		}
 	})
 }

@@ -11,7 +11,7 @@ import (
 // build tags (the Makefile's BUILD_TAGS) and the race detector, its output
 // on stderr.
 func BuildGuard(out string) error {
-	root, err := RepoRoot()
+	root, err := repoRoot()
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Package harness is what cri-guard's end-to-end test packages share: the
-// checkout's root and scripts (RepoRoot, Script, RunScript), the containerd
+// checkout's root and scripts (repoRoot, Script, RunScript), the containerd
 // of scripts/rt.sh (LookupRuntime, Runtime.Crictl), building cri-guard and
 // tools/memhog, running a cri-guard process and waiting until it serves
 // (Spawn, StartGuard), CRI connections (Dial, DialCRI), `cri-guard status`

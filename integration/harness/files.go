@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// MemTotal is the MemTotal of the fake meminfo files the tests give
+// memTotal is the MemTotal of the fake meminfo files the tests give
 // cri-guard (WriteMeminfo; scripts/cluster.sh writes the same).
-const MemTotal = 16 << 30
+const memTotal = 16 << 30
 
 // ShortTempDir is a t.TempDir-like directory with a short path (unix
 // socket paths are limited to 108 bytes), removed at cleanup.
@@ -43,7 +43,7 @@ func WriteMeminfo(t testing.TB, path string, available int64) {
 	t.Helper()
 	WriteAtomic(t, path, fmt.Sprintf(
 		"MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\nBuffers:        0 kB\nCached:         0 kB\n",
-		MemTotal>>10, available>>10, available>>10))
+		memTotal>>10, available>>10, available>>10))
 }
 
 // NewUID is a random 16-hex-digit id for pod UIDs and names.

@@ -13,11 +13,11 @@ import (
 // modulePath is the module whose go.mod marks the checkout's root.
 const modulePath = "github.com/cri-guard/cri-guard"
 
-// RepoRoot returns the root of the cri-guard checkout the tests run in: the
+// repoRoot returns the root of the cri-guard checkout the tests run in: the
 // nearest directory at or above the working directory (go test runs a
 // package's tests in its directory) whose go.mod declares modulePath. The
 // modules under tools/ declare others and are passed over.
-func RepoRoot() (string, error) {
+func repoRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("find repository root: %w", err)
@@ -52,7 +52,7 @@ func isRoot(path string) bool {
 // checkout's root), or fails the test.
 func Path(t testing.TB, rel string) string {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

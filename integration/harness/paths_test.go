@@ -7,13 +7,13 @@ import (
 )
 
 func TestRepoRoot(t *testing.T) {
-	root, err := RepoRoot()
+	root, err := repoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, rel := range []string{"go.mod", "scripts/rt.sh", "scripts/cluster.sh", "cmd/cri-guard", "tools/memhog"} {
 		if _, err := os.Stat(filepath.Join(root, rel)); err != nil {
-			t.Errorf("RepoRoot() = %s: %v", root, err)
+			t.Errorf("repoRoot() = %s: %v", root, err)
 		}
 	}
 	if got := Script(t, "rt.sh"); got != filepath.Join(root, "scripts", "rt.sh") {

@@ -22,25 +22,25 @@ import (
 // requests to one scraper (Prometheus keeps one connection per target) or to
 // `cri-guard status`; these leave them ample room and bound everyone else.
 const (
-	// DefaultReadHeaderTimeout: a new connection must send its request
+	// defaultReadHeaderTimeout: a new connection must send its request
 	// headers within this long.
-	DefaultReadHeaderTimeout = 5 * time.Second
-	// DefaultReadTimeout bounds reading a whole request (GETs, no body).
-	DefaultReadTimeout = 10 * time.Second
-	// DefaultWriteTimeout bounds writing a response to a slow reader; a
+	defaultReadHeaderTimeout = 5 * time.Second
+	// defaultReadTimeout bounds reading a whole request (GETs, no body).
+	defaultReadTimeout = 10 * time.Second
+	// defaultWriteTimeout bounds writing a response to a slow reader; a
 	// scrape is tens of KiB on loopback.
-	DefaultWriteTimeout = 30 * time.Second
-	// DefaultIdleTimeout closes a keep-alive connection idle this long:
+	defaultWriteTimeout = 30 * time.Second
+	// defaultIdleTimeout closes a keep-alive connection idle this long:
 	// longer than Prometheus's default 1m scrape interval, so a scraper
 	// keeps its connection between scrapes.
-	DefaultIdleTimeout = 90 * time.Second
-	// DefaultMaxHeaderBytes: request headers are a few hundred bytes
+	defaultIdleTimeout = 90 * time.Second
+	// defaultMaxHeaderBytes: request headers are a few hundred bytes
 	// (net/http's default is 1 MiB).
-	DefaultMaxHeaderBytes = 16 << 10
-	// DefaultMaxConns caps the connections served at once; further ones
+	defaultMaxHeaderBytes = 16 << 10
+	// defaultMaxConns caps the connections served at once; further ones
 	// wait in the kernel's accept queue (holding no descriptor of ours)
 	// until one closes.
-	DefaultMaxConns = 64
+	defaultMaxConns = 64
 )
 
 // Limits bound what clients of an endpoint can hold. Zero fields take the
@@ -60,15 +60,15 @@ func (l Limits) withDefaults() Limits {
 			*d = v
 		}
 	}
-	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	def(&l.ReadTimeout, DefaultReadTimeout)
-	def(&l.WriteTimeout, DefaultWriteTimeout)
-	def(&l.IdleTimeout, DefaultIdleTimeout)
+	def(&l.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	def(&l.ReadTimeout, defaultReadTimeout)
+	def(&l.WriteTimeout, defaultWriteTimeout)
+	def(&l.IdleTimeout, defaultIdleTimeout)
 	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+		l.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
 	if l.MaxConns <= 0 {
-		l.MaxConns = DefaultMaxConns
+		l.MaxConns = defaultMaxConns
 	}
 	return l
 }
@@ -76,9 +76,9 @@ func (l Limits) withDefaults() Limits {
 // Option is an optional setting of Serve.
 type Option func(*Limits)
 
-// WithLimits replaces the production limits (tests use small timeouts);
+// withLimits replaces the production limits (tests use small timeouts);
 // zero fields still take the defaults.
-func WithLimits(l Limits) Option { return func(cur *Limits) { *cur = l } }
+func withLimits(l Limits) Option { return func(cur *Limits) { *cur = l } }
 
 // Serve serves h on l until ctx ends, then shuts down within a second. what
 // names the endpoint in errors ("metrics", "admin socket"). At most

@@ -78,7 +78,7 @@ func TestServeBoundsConnections(t *testing.T) {
 		maxConns = 64
 		clients  = 200
 	)
-	addr, cl := serveTest(t, WithLimits(Limits{MaxConns: maxConns, IdleTimeout: 200 * time.Millisecond, ReadHeaderTimeout: time.Second}))
+	addr, cl := serveTest(t, withLimits(Limits{MaxConns: maxConns, IdleTimeout: 200 * time.Millisecond, ReadHeaderTimeout: time.Second}))
 	var (
 		wg     sync.WaitGroup
 		served atomic.Int64
@@ -131,7 +131,7 @@ func TestServeBoundsConnections(t *testing.T) {
 // TestServeClosesSilentConnections: a connection that never sends its
 // request headers is closed after ReadHeaderTimeout.
 func TestServeClosesSilentConnections(t *testing.T) {
-	addr, _ := serveTest(t, WithLimits(Limits{ReadHeaderTimeout: 100 * time.Millisecond}))
+	addr, _ := serveTest(t, withLimits(Limits{ReadHeaderTimeout: 100 * time.Millisecond}))
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -149,11 +149,11 @@ func TestServeClosesSilentConnections(t *testing.T) {
 
 func TestLimitsDefaults(t *testing.T) {
 	got := Limits{}.withDefaults()
-	want := Limits{DefaultReadHeaderTimeout, DefaultReadTimeout, DefaultWriteTimeout, DefaultIdleTimeout, DefaultMaxHeaderBytes, DefaultMaxConns}
+	want := Limits{defaultReadHeaderTimeout, defaultReadTimeout, defaultWriteTimeout, defaultIdleTimeout, defaultMaxHeaderBytes, defaultMaxConns}
 	if got != want {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}
-	if got := (Limits{MaxConns: 3}).withDefaults(); got.MaxConns != 3 || got.IdleTimeout != DefaultIdleTimeout {
+	if got := (Limits{MaxConns: 3}).withDefaults(); got.MaxConns != 3 || got.IdleTimeout != defaultIdleTimeout {
 		t.Errorf("explicit field lost: %+v", got)
 	}
 }
