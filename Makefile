@@ -44,7 +44,7 @@ INTEGRATION_TIMEOUT ?= 40m
 # rt.sh containerd, the floods, and pressure's tests on this kernel. The
 # cluster's (integration/cluster) and the guest's (integration/guest) run in
 # stages of their own; integration/harness holds what they share.
-HOST_TEST_PKGS ?= ./integration/host/ ./integration/hostile/ ./pressure/
+HOST_TEST_PKGS ?= ./integration/host/ ./integration/hostile/ ./internal/pressure/
 CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
 CLUSTER_TIMEOUT ?= 20m
 CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm

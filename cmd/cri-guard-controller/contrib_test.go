@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-guard/cri-guard/controller"
+	"github.com/cri-guard/cri-guard/internal/controller"
 )
 
 // The manifests' CEL expressions are not compiled here: that needs

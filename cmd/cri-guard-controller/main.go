@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/cri-guard/cri-guard/controller"
+	"github.com/cri-guard/cri-guard/internal/controller"
 	"github.com/cri-guard/cri-guard/internal/logging"
 )
 

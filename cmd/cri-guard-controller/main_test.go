@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/leaderelection"
 
-	"github.com/cri-guard/cri-guard/controller"
+	"github.com/cri-guard/cri-guard/internal/controller"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {

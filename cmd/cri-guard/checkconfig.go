@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // checkConfig is `cri-guard check-config [--skip-node-check] FILE`: it

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // fakeNode writes a proc root (meminfo, pressure/memory) and an empty

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 const contribDir = "../../contrib"

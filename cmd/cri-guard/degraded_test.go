@@ -13,7 +13,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // TestRunServesWithBrokenParts: a metrics port another process holds (any

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/controller"
-	"github.com/cri-guard/cri-guard/metrics"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/controller"
+	"github.com/cri-guard/cri-guard/internal/metrics"
 )
 
 // The operator's documentation is checked against the code it describes:

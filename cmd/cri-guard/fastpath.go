@@ -1,9 +1,9 @@
 package main
 
 import (
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/guard"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/guard"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // fastPoll is the guard's fast poll from the configuration.

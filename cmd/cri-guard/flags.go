@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/server"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/server"
 )
 
 // options is the daemon's effective configuration: the config file (or the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // lastGoodName is the copy of the last config file cri-guard started or

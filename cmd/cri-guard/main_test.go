@@ -18,7 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/logging"
-	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 )
 
 func TestParseFlags(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
-	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/metrics"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/metrics"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 var monitoringDir = filepath.Join(contribDir, "monitoring")

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 )
 
 // TestRunNotifiesSystemd runs the daemon with NOTIFY_SOCKET and a watchdog

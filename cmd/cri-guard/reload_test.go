@@ -12,9 +12,9 @@ import (
 
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/cri-guard/cri-guard/admin"
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 func TestReload(t *testing.T) {

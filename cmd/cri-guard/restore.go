@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cri-guard/cri-guard/guard"
+	"github.com/cri-guard/cri-guard/internal/guard"
 )
 
 // restore replays the checkpoints, retrying while containerd cannot be

@@ -12,16 +12,16 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/cri-guard/cri-guard/checkpoint"
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/guard"
-	"github.com/cri-guard/cri-guard/kube"
-	"github.com/cri-guard/cri-guard/metrics"
-	"github.com/cri-guard/cri-guard/podkill"
-	"github.com/cri-guard/cri-guard/pressure"
-	"github.com/cri-guard/cri-guard/runtimeproxy"
-	"github.com/cri-guard/cri-guard/server"
+	"github.com/cri-guard/cri-guard/internal/checkpoint"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/guard"
+	"github.com/cri-guard/cri-guard/internal/kube"
+	"github.com/cri-guard/cri-guard/internal/metrics"
+	"github.com/cri-guard/cri-guard/internal/podkill"
+	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/server"
 )
 
 // hardGracePeriod is the grace period of evictions for hard thresholds: the

@@ -10,14 +10,14 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/cri-guard/cri-guard/admin"
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/guard"
-	"github.com/cri-guard/cri-guard/kube"
-	"github.com/cri-guard/cri-guard/metrics"
-	"github.com/cri-guard/cri-guard/pod"
-	"github.com/cri-guard/cri-guard/pressure"
-	"github.com/cri-guard/cri-guard/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/guard"
+	"github.com/cri-guard/cri-guard/internal/kube"
+	"github.com/cri-guard/cri-guard/internal/metrics"
+	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 )
 
 // The parts run() starts beside the sync loop and the CRI server: the API

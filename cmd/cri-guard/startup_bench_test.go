@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 )
 
 // BenchmarkStartToVersion: the time from start to the first CRI Version

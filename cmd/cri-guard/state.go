@@ -5,7 +5,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // stateStatus is the status's state directory: whether its store is open

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-guard/cri-guard/admin"
-	"github.com/cri-guard/cri-guard/checkpoint"
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/checkpoint"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // TestStateDirUnusable: a state directory cri-guard cannot open (real: its

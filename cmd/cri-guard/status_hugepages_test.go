@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // TestPrintStatusHugePages: the table shows the huge page pool, and how

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/admin"
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 )
 
 // testDaemon is an in-process cri-guard in front of the fake runtime.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-guard/cri-guard/admin"
 	"github.com/cri-guard/cri-guard/integration/harness"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // TestClusterAPI: cri-guard connected to the API server with the kubelet's

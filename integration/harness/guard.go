@@ -12,7 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // Guard is one cri-guard process a test started.

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/checkpoint"
 	"github.com/cri-guard/cri-guard/integration/harness"
-	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/internal/checkpoint"
+	"github.com/cri-guard/cri-guard/internal/pod"
 )
 
 // runLabel marks the sandboxes of one crash or restore test run, so the

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-guard/cri-guard/admin"
 	"github.com/cri-guard/cri-guard/integration/harness"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // TestEvictionAfterFailedStop: the victim's stop fails because containerd

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/admin"
 	"github.com/cri-guard/cri-guard/integration/harness"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // The hostile-host tests against the real

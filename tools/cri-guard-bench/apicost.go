@@ -24,8 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cri-guard/cri-guard/admin"
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // apicostOptions are the settings of `cri-guard-bench apicost`.

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // idleOptions are the settings of `cri-guard-bench idle`.

@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/admin"
+	"github.com/cri-guard/cri-guard/internal/admin"
 )
 
 // maxprocsOptions are the settings of `cri-guard-bench maxprocs`.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/internal/pod"
 )
 
 func TestParseGuardLogLine(t *testing.T) {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/cri-guard/cri-guard/runtimeproxy"
-	"github.com/cri-guard/cri-guard/server"
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/server"
 )
 
 // proxy is the cri-guard under test.

@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/config"
+	"github.com/cri-guard/cri-guard/internal/config"
 )
 
 // raceOptions are the settings of `cri-guard-bench race`.

@@ -8,10 +8,10 @@ import (
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/pod"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // criSide is one cri-guard evictor with a fake sampler fed from the scenario.

@@ -16,10 +16,10 @@ import (
 	evictionapi "k8s.io/kubernetes/pkg/kubelet/eviction/api"
 	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
-	"github.com/cri-guard/cri-guard/config"
-	"github.com/cri-guard/cri-guard/evictor"
-	"github.com/cri-guard/cri-guard/pod"
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/config"
+	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // Fields compared, in table order.

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/internal/pod"
 )
 
 const mi = int64(1 << 20)

@@ -19,7 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm"
 	"k8s.io/kubernetes/pkg/kubelet/server/stats"
 
-	"github.com/cri-guard/cri-guard/pressure"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // How the kubelet's stats reach its eviction manager.

@@ -3,7 +3,7 @@ package main
 import (
 	"time"
 
-	"github.com/cri-guard/cri-guard/pod"
+	"github.com/cri-guard/cri-guard/internal/pod"
 )
 
 // targetedCase is a hand-made scenario with what the kubelet must do at

@@ -1,0 +1,73 @@
+package guard
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/pressure"
+)
+
+// nearEvictor is a ruleEvictor that says whether it is near a threshold
+// and counts its samples.
+type nearEvictor struct {
+	ruleEvictor
+	near     atomic.Bool
+	observes atomic.Int64
+	passes   atomic.Int64
+}
+
+func (e *nearEvictor) Observe() { e.observes.Add(1) }
+
+// Evaluation meets a threshold while near is set.
+func (e *nearEvictor) Evaluation() evictor.Evaluation {
+	if !e.near.Load() {
+		return evictor.Evaluation{}
+	}
+	return evictor.Evaluation{Met: []pressure.Met{{}}}
+}
+
+func (e *nearEvictor) Synchronize(p evictor.Pass) evictor.Action {
+	e.passes.Add(1)
+	a := e.ruleEvictor.Synchronize(p)
+	a.Near = e.Evaluation().NearThreshold(p.NearMargin)
+	return a
+}
+
+func TestFastPoll(t *testing.T) {
+	rt := newFakeRuntime()
+	ev := &nearEvictor{}
+	l, err := New(Config{HousekeepingInterval: time.Hour, FastPoll: FastPoll{Interval: time.Millisecond, Watch: 5 * time.Millisecond, Margin: 1}},
+		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: observes %d, passes %d", what, ev.observes.Load(), ev.passes.Load())
+			}
+		}
+	}
+	// far from every threshold: node samples alone, no passes
+	eventually("watch samples", func() bool { return ev.observes.Load() >= 3 })
+	if n := ev.passes.Load(); n != 0 {
+		t.Fatalf("far from thresholds: %d evaluation passes, want node samples only", n)
+	}
+	// near: full passes at the fast interval
+	ev.near.Store(true)
+	eventually("fast passes", func() bool { return ev.passes.Load() >= 5 })
+}
+
+func TestFastPollOff(t *testing.T) {
+	if newFastPoller(FastPoll{}, &nearEvictor{}, nil, time.Hour) != nil {
+		t.Error("a zero interval must disable the fast poll")
+	}
+}

@@ -1,0 +1,425 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/cri-guard/cri-guard/internal/checkpoint"
+	"github.com/cri-guard/cri-guard/internal/pod"
+)
+
+// maxWrites bounds the checkpoint writes under way at once (each on a
+// goroutine of its own, one per pod key at most), and as many again the
+// awaited ones (a CRI call waits for them).
+const maxWrites = 4
+
+// writer makes the loop's records durable off the loop goroutine: the loop
+// decides and records in memory, hands the writer a snapshot of the record
+// (or a delete) and goes on; an fsync never holds up an eviction (under
+// memory pressure writeback is throttled exactly when the loop must act).
+//
+// Every write has a sequence number. At most one write per pod key is under
+// way (the store's lock is per file name anyway), and one more may wait
+// behind it: a later write of the key supersedes the waiting one, whose
+// waiters are then woken by the later write. Each outcome is queued for the
+// loop (take), which records it (Loop.recordWrites).
+//
+// A write a CRI call waits for (awaited: RunPodSandbox's pending and
+// settled record) never queues behind the others: it takes a slot of its
+// own (awaitedSem). On a slow state disk the writes of a run of evictions
+// queue for seconds; a critical pod's RunPodSandbox waiting behind them
+// was measured answered after 10.6 s (BenchmarkEvictionSlowDisk).
+type writer struct {
+	store      Store
+	sem        chan struct{}
+	awaitedSem chan struct{}
+
+	mu       sync.Mutex
+	seq      uint64
+	keys     map[string]*slot
+	pending  int           // writes submitted and not done
+	drained  chan struct{} // closed when pending drops to 0
+	outcomes []written
+	ready    chan struct{} // signalled when outcomes has entries
+}
+
+// slot is one pod key's writes: the one under way and the one waiting.
+type slot struct {
+	running, queued *write
+}
+
+// write is one put (rec set) or delete (rec nil) of a record.
+type write struct {
+	key     string
+	seq     uint64
+	rec     *checkpoint.Record
+	awaited bool          // a CRI call waits for it: it takes awaitedSem
+	done    chan struct{} // closed when this write, or one that superseded it, is done
+}
+
+// written is the outcome of one write, as the loop records it.
+type written struct {
+	key string
+	seq uint64
+	del bool
+	err error
+}
+
+func newWriter(s Store) *writer {
+	return &writer{store: s, sem: make(chan struct{}, maxWrites), awaitedSem: make(chan struct{}, maxWrites),
+		keys: map[string]*slot{}, ready: make(chan struct{}, 1)}
+}
+
+// put queues a write of rec; the channel is closed once it (or a later
+// write of the same key) is done, successful or not. awaited: a CRI call
+// waits for it.
+func (w *writer) put(rec checkpoint.Record, awaited bool) (uint64, <-chan struct{}) {
+	return w.submit(rec.Pod.Key(), &rec, awaited)
+}
+
+// delete queues the removal of key's record.
+func (w *writer) delete(key string) (uint64, <-chan struct{}) {
+	return w.submit(key, nil, false)
+}
+
+func (w *writer) submit(key string, rec *checkpoint.Record, awaited bool) (uint64, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	j := &write{key: key, seq: w.seq, rec: rec, awaited: awaited}
+	s := w.keys[key]
+	if s == nil {
+		s = &slot{}
+		w.keys[key] = s
+	}
+	switch {
+	case s.running == nil:
+		j.done = make(chan struct{})
+		s.running = j
+		go w.run(j)
+	case s.queued != nil:
+		// supersedes the waiting write, which is never done on its own:
+		// its waiters now wait for j
+		j.done = s.queued.done
+		j.awaited = j.awaited || s.queued.awaited
+		s.queued = j
+		return j.seq, j.done
+	default:
+		j.done = make(chan struct{})
+		s.queued = j
+	}
+	if w.pending == 0 {
+		w.drained = make(chan struct{})
+	}
+	w.pending++
+	return j.seq, j.done
+}
+
+// run does j, then the writes queued behind it for the same key.
+func (w *writer) run(j *write) {
+	for j != nil {
+		sem := w.sem
+		if j.awaited {
+			sem = w.awaitedSem
+		}
+		sem <- struct{}{}
+		var err error
+		if j.rec != nil {
+			err = w.store.Put(*j.rec)
+		} else {
+			err = w.store.Delete(j.key)
+		}
+		<-sem
+		w.mu.Lock()
+		s := w.keys[j.key]
+		next := s.queued
+		s.running, s.queued = next, nil
+		if next == nil {
+			delete(w.keys, j.key)
+		}
+		w.outcomes = append(w.outcomes, written{key: j.key, seq: j.seq, del: j.rec == nil, err: err})
+		if w.pending--; w.pending == 0 {
+			close(w.drained)
+		}
+		w.mu.Unlock()
+		close(j.done)
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+		j = next
+	}
+}
+
+// take returns the outcomes queued since the last call, oldest first.
+func (w *writer) take() []written {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.outcomes
+	w.outcomes = nil
+	return out
+}
+
+// flush waits until every write submitted so far, and any submitted
+// meanwhile, is done, or ctx ends.
+func (w *writer) flush(ctx context.Context) error {
+	w.mu.Lock()
+	if w.pending == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	ch := w.drained
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		return w.flush(ctx) // writes submitted while waiting
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// save queues a durable write of p's record (loop goroutine): the writer
+// does it off the loop. The outcome comes back through the loop's queue
+// (recordWrites).
+func (l *Loop) save(p *pod.Pod) { l.saveAs(p, false) }
+
+// saveAwaited is save for a record a CRI call waits for (RunPodSandbox's
+// pending and settled record, on its own goroutine): the returned channel
+// is closed once it is written, and the write does not queue behind the
+// others (writer).
+func (l *Loop) saveAwaited(p *pod.Pod) <-chan struct{} { return l.saveAs(p, true) }
+
+func (l *Loop) saveAs(p *pod.Pod, awaited bool) <-chan struct{} {
+	seq, done := l.w.put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
+	l.writing[p.Key()] = seq
+	return done
+}
+
+// drop queues the removal of a pod's record (loop goroutine); a write
+// still waiting is superseded.
+func (l *Loop) drop(key string) {
+	seq, _ := l.w.delete(key)
+	l.writing[key] = seq
+	delete(l.unsaved, key)
+	delete(l.changed, key)
+	delete(l.unsettled, key)
+	if l.restoreDrops != nil {
+		l.restoreDrops[key] = true // a retried restore's read may still show it
+	}
+}
+
+// recordWrites records the outcomes of the writer's writes (loop
+// goroutine); only the last write of a record counts. A failed write is
+// counted (checkpoint_operations_total), the record stays in memory, and
+// housekeeping writes it again with back-off until it succeeds
+// (retryUnsaved): what the record guards (the re-admission guard is in
+// the evictor's memory) holds meanwhile. The first failure after all
+// records were written is logged as an error, the others at debug (a full
+// disk fails every record), and one line says when all are written again.
+func (l *Loop) recordWrites() {
+	roundDone := false
+	for _, o := range l.w.take() {
+		if l.retry.outcome(o) {
+			roundDone = true
+		}
+		if l.writing[o.key] != o.seq {
+			continue // a later write of the record is under way
+		}
+		delete(l.writing, o.key)
+		fields := keyFields(o.key)
+		if p, ok := l.pods[o.key]; ok {
+			fields = podFields(p)
+		}
+		switch {
+		case o.del:
+			if o.err != nil {
+				l.log.WithError(o.err).WithFields(fields).Warn("cannot delete checkpoint")
+			}
+		case o.err != nil:
+			log := l.log.WithError(o.err).WithFields(fields)
+			if l.retry.since.IsZero() {
+				l.retry.since = l.now()
+				log.Error("cannot write checkpoint: kept in memory, written again with back-off; later failures are logged at debug level until all are written")
+			} else {
+				log.Debug("cannot write checkpoint")
+			}
+			l.retry.lastErr = o.err
+			l.unsaved[o.key] = true
+		default:
+			if l.unsaved[o.key] {
+				delete(l.unsaved, o.key)
+				l.log.WithFields(fields).Debug("checkpoint written after earlier failures")
+			}
+			if len(l.unsaved) > 0 && len(l.retry.round) == 0 {
+				// the disk takes writes again: probe at the next pass
+				// rather than after the back-off
+				l.retry.next = time.Time{}
+			}
+		}
+	}
+	if roundDone {
+		l.retry.roundDone(l.now(), l.retryBase())
+		if l.retry.bulk {
+			l.retryUnsaved() // the probe was written: the rest at once
+		}
+	}
+	l.publishUnsaved()
+}
+
+// retrySaveMax is the longest a record whose write failed waits for its
+// next attempt.
+const retrySaveMax = 5 * time.Minute
+
+// retryBase is the back-off after the first failed retry: a housekeeping
+// interval.
+func (l *Loop) retryBase() time.Duration {
+	return min(l.cfg.HousekeepingInterval, retrySaveMax)
+}
+
+// saveRetry paces the writes of the records whose last write failed (loop
+// goroutine). While writes fail, one record is written again per round (a
+// probe, the first at the next housekeeping pass), and the rounds are
+// spaced by a delay that doubles from a housekeeping interval up to
+// retrySaveMax, jittered: a full disk costs a write now and then, not one
+// per record per pass. A round written whole lets the rest be written at
+// once; any write that succeeds brings the next probe to the next pass.
+// A store that is not open (checkpoint.ErrUnavailable: no I/O done) is
+// probed every pass, so its records are written as soon as it opens.
+type saveRetry struct {
+	delay   time.Duration     // the back-off after the last failed round
+	next    time.Time         // no round before
+	bulk    bool              // the last round was written whole: the next writes every unsaved record
+	round   map[string]uint64 // the writes of the round under way, by key: their sequence numbers
+	failed  bool              // a write of the round under way failed
+	notOpen bool              // ... with checkpoint.ErrUnavailable
+	lastErr error             // the last write error
+	since   time.Time         // the first failure since all records were last written
+}
+
+// outcome takes o into the round under way; true when it completes the
+// round.
+func (r *saveRetry) outcome(o written) bool {
+	seq, ok := r.round[o.key]
+	if !ok || o.seq < seq {
+		return false
+	}
+	delete(r.round, o.key) // this write, or a later one of the record
+	if o.err != nil && !o.del {
+		r.failed = true
+		r.notOpen = r.notOpen || errors.Is(o.err, checkpoint.ErrUnavailable)
+	}
+	return len(r.round) == 0
+}
+
+// roundDone sets the pace after a round: written whole, the rest go at
+// once; else the next round waits the back-off.
+func (r *saveRetry) roundDone(now time.Time, base time.Duration) {
+	r.bulk = !r.failed
+	switch {
+	case !r.failed:
+	case r.notOpen:
+		r.next = time.Time{} // nothing was written: costs nothing to try again
+	default:
+		if r.delay == 0 {
+			r.delay = base
+		} else {
+			r.delay = min(2*r.delay, retrySaveMax)
+		}
+		// ±20 %: the nodes of a cluster whose shared storage filled up
+		// at once do not retry in step
+		r.next = now.Add(r.delay*4/5 + rand.N(r.delay*2/5+1))
+	}
+	r.failed, r.notOpen = false, false
+}
+
+// retryUnsaved writes again the records whose last write failed, paced by
+// saveRetry (loop goroutine).
+func (l *Loop) retryUnsaved() {
+	r := &l.retry
+	for key := range l.unsaved {
+		if _, ok := l.pods[key]; !ok {
+			delete(l.unsaved, key) // gone meanwhile: nothing to write
+		}
+	}
+	if len(l.unsaved) == 0 {
+		if !r.since.IsZero() {
+			l.log.WithField("failing_for", l.now().Sub(r.since).Round(time.Second).String()).Info("all checkpoints written after earlier failures")
+		}
+		*r = saveRetry{}
+		l.publishUnsaved()
+		return
+	}
+	if len(r.round) > 0 || (!r.bulk && l.now().Before(r.next)) {
+		return // a round under way, or backing off
+	}
+	if r.round == nil {
+		r.round = map[string]uint64{}
+	}
+	for key := range l.unsaved {
+		if _, busy := l.writing[key]; busy {
+			continue // the write under way says how it went
+		}
+		l.save(l.pods[key])
+		r.round[key] = l.writing[key]
+		if !r.bulk {
+			break // the probe
+		}
+	}
+	r.bulk = false
+	l.publishUnsaved()
+}
+
+// UnsavedState says which records are in memory only: their last write
+// failed.
+type UnsavedState struct {
+	// Records counts them.
+	Records int
+	// LastError is the last write error, Since when writes began to fail
+	// (zero once all records are written).
+	LastError string
+	Since     time.Time
+	// NextRetry is when they are written again, if later than the next
+	// housekeeping pass.
+	NextRetry time.Time
+}
+
+// publishUnsaved refreshes what Unsaved returns (loop goroutine).
+func (l *Loop) publishUnsaved() {
+	st := UnsavedState{Records: len(l.unsaved)}
+	if st.Records > 0 {
+		st.Since = l.retry.since
+		if l.retry.lastErr != nil {
+			st.LastError = l.retry.lastErr.Error()
+		}
+		if l.retry.next.After(l.now()) {
+			st.NextRetry = l.retry.next
+		}
+	}
+	l.unsavedState.Store(&st)
+}
+
+// Unsaved returns the records in memory only. Safe from any goroutine.
+func (l *Loop) Unsaved() UnsavedState {
+	if p := l.unsavedState.Load(); p != nil {
+		return *p
+	}
+	return UnsavedState{}
+}
+
+// Flush waits until the records handed to the writer so far are written
+// (shutdown: after Run returned, before the store is closed), or ctx ends.
+func (l *Loop) Flush(ctx context.Context) error {
+	return l.w.flush(ctx)
+}
+
+// keyFields are the log fields of a pod known by its key alone.
+func keyFields(key string) logrus.Fields {
+	uid, _, _ := strings.Cut(key, "/")
+	return logrus.Fields{"pod_uid": uid}
+}
