@@ -225,7 +225,7 @@ YML
     # the harness's images, built offline (scripts/rt.sh images builds the same)
     (cd "$SRC" && for p in pause nnp fakenginx; do
       go build -trimpath -ldflags='-s -w' -o "$W/bin/$p" "./tools/images/$p"
-    done && go build -o "$W/bin/mkimages" ./tools/mkimages)
+    done && go build -C tools/mkimages -o "$W/bin/mkimages" .)
     [ -x "$CACHE/dl/bin/busybox" ] || "$SRC/scripts/rt.sh" images "$W/images.tmp" >/dev/null # fetches busybox into the cache
     rm -rf "$W/images.tmp"
     "$W/bin/mkimages" -out "$W/images" -pause "$W/bin/pause" -busybox "$CACHE/dl/bin/busybox" \
