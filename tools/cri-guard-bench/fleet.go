@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -32,6 +33,10 @@ type fleetOptions struct {
 	EtcdClient    string
 	EtcdPeer      string
 	Out           string
+	// Controller is the cri-guard-controller binary ("" runs none);
+	// ControllerManifests the directory of its manifests.
+	Controller          string
+	ControllerManifests string
 }
 
 // fleetThreshold is cri-guard's default hard threshold of
@@ -54,12 +59,14 @@ func parseFleetFlags(args []string, stderr io.Writer) (fleetOptions, error) {
 	fs.Float64Var(&o.WaveShare, "wave-share", 0.2, "share of each fleet's nodes put under memory pressure in the wave")
 	fs.StringVar(&o.Dir, "dir", "/tmp/cri-guard-fleet", "the run's directory (PKI, etcd, audit logs, one directory per node); an earlier run's is removed")
 	home, _ := os.UserHomeDir()
-	fs.StringVar(&o.KBin, "kbin", filepath.Join(home, ".cache/cri-guard/kubernetes-v1.36.3/bin"), "directory of etcd and kube-apiserver (scripts/cluster.sh kbin)")
+	fs.StringVar(&o.KBin, "kbin", filepath.Join(home, ".cache/cri-guard/kubernetes-v1.37.2/bin"), "directory of etcd and kube-apiserver (scripts/cluster.sh kbin)")
 	fs.StringVar(&o.Mkcerts, "mkcerts", "bin/mkcerts", "the tools/mkcerts binary")
 	fs.StringVar(&o.APIAddr, "api", "127.0.0.1:26443", "the API server's address")
 	fs.StringVar(&o.EtcdClient, "etcd-client", "127.0.0.1:33790", "etcd's client address")
 	fs.StringVar(&o.EtcdPeer, "etcd-peer", "127.0.0.1:33800", "etcd's peer address")
 	fs.StringVar(&o.Out, "out", "", "write the raw counts as JSON to this file")
+	fs.StringVar(&o.Controller, "controller", "", "the cri-guard-controller binary: run two replicas (leader and follower) as the Deployment would, with the ServiceAccount's identity; empty: none")
+	fs.StringVar(&o.ControllerManifests, "controller-manifests", "contrib/controller", "the controller's manifests: all but the Deployment are applied, the Deployment's container args are the replicas' flags")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -87,6 +94,17 @@ func parseFleetFlags(args []string, stderr io.Writer) (fleetOptions, error) {
 	if o.Mkcerts, err = filepath.Abs(o.Mkcerts); err != nil {
 		return o, err
 	}
+	if o.Controller != "" {
+		if o.Controller, err = filepath.Abs(o.Controller); err != nil {
+			return o, err
+		}
+		if st, err := os.Stat(o.Controller); err != nil || st.IsDir() {
+			return o, fmt.Errorf("--controller %q: not a file", o.Controller)
+		}
+		if st, err := os.Stat(o.ControllerManifests); err != nil || !st.IsDir() {
+			return o, fmt.Errorf("--controller-manifests %q: not a directory", o.ControllerManifests)
+		}
+	}
 	return o, nil
 }
 
@@ -107,10 +125,15 @@ type fleetResult struct {
 		After         string `json:"after"`
 		Down          string `json:"down"`
 		RestartWindow string `json:"restart_window"`
+		Controller    string `json:"controller,omitempty"`
 	} `json:"options"`
 	Phases    []fleetPhase   `json:"phases"`
 	Wave      []waveResult   `json:"wave"`
 	Aggregate fleetAggregate `json:"aggregate"`
+	// RSS: per phase, VmRSS by group: the nodes' cri-guards by fleet, the
+	// controller's replicas by role.
+	RSS        map[string]map[string]rssStat `json:"rss"`
+	Controller *ctlResult                    `json:"controller,omitempty"`
 }
 
 func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer) (err error) {
@@ -138,6 +161,16 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	if err := setupFleetAPI(ctx, c.admin); err != nil {
 		return err
 	}
+	var ctlManifests []ctlManifest
+	if o.Controller != "" {
+		if ctlManifests, err = readCtlManifests(o.ControllerManifests); err != nil {
+			return err
+		}
+		if err := applyCtlManifests(ctx, c, ctlManifests); err != nil {
+			return err
+		}
+		log.WithField("dir", o.ControllerManifests).Info("controller's manifests applied (but the Deployment)")
+	}
 	t0 := time.Now()
 	if err := runParallel(nodes, 8, func(n *fleetNode) error { return makeNodeObjects(ctx, c.admin, n, o.Pods) }); err != nil {
 		return err
@@ -160,9 +193,38 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		_ = runParallel(nodes, 16, func(n *fleetNode) error { n.stop(log); return nil })
 	}()
 
+	var watch *nodeWatch
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	if o.Controller != "" {
+		if watch, err = startNodeWatch(wctx, c.admin); err != nil {
+			return err
+		}
+	}
+
 	// phases: each starts where the previous ended
 	var phases []fleetPhase
 	mark := time.Now()
+	var ctls []*fleetCtl
+	defer func() {
+		for _, r := range ctls {
+			r.stop()
+		}
+	}()
+	if o.Controller != "" {
+		// before the nodes, as in a cluster where it already runs: ctl-0
+		// first, so that it takes the Lease
+		for i := range 2 {
+			r, err := startFleetCtl(ctx, c, ctlManifests, o.Controller, fmt.Sprintf("ctl-%d", i), ctlSourceIPs[i], log)
+			if err != nil {
+				return err
+			}
+			ctls = append(ctls, r)
+			if err := r.waitReady(ctx); err != nil {
+				return err
+			}
+		}
+	}
 	cpu0, err := readProcStats(c.api.pid())
 	if err != nil {
 		return err
@@ -176,6 +238,10 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		for f, px := range proxies {
 			b := px.bytes()
 			p.Bytes[f] = b
+		}
+		// each replica's own proxy, by its name
+		for _, r := range ctls {
+			p.Bytes[r.name] = r.proxy.bytes()
 		}
 		phases = append(phases, p)
 		mark, cpu0 = p.End, st
@@ -203,6 +269,8 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	}); err != nil {
 		return err
 	}
+	sampler := startFleetSampler(ctls, nodePIDs(nodes), log)
+	defer sampler.stop()
 	log.WithField("nodes", len(nodes)).WithField("took", time.Since(mark).Round(time.Second)).Info("every cri-guard synced")
 	if err := sleepCtx(ctx, o.Settle); err != nil {
 		return err
@@ -266,8 +334,13 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		return err
 	}
 
+	sampler.stop()
 	// the children first, so that their last requests reach the audit log
 	_ = runParallel(nodes, 16, func(n *fleetNode) error { n.stop(log); return nil })
+	for _, r := range ctls {
+		r.stop()
+	}
+	wcancel()
 	c.stop()
 	d := newRequestDedup()
 	var reqs []fleetRequest
@@ -286,6 +359,20 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	markRelists(reqs)
 	fleets := []string{o.Binaries[0].name, o.Binaries[1].name}
 	res := fleetResult{Phases: diffBytes(phases), Wave: waveRes, Aggregate: aggregateFleet(reqs, phases, fleets)}
+	res.RSS = aggregateRSS(sampler.samples(), phases, fleets)
+	if o.Controller != "" {
+		res.Options.Controller = o.Controller
+		leaders := sampler.leaderSamples()
+		cr := &ctlResult{Leaders: map[string][]ctlLeaderTransition{}}
+		for _, r := range ctls {
+			cr.Replicas = append(cr.Replicas, ctlReplica{Name: r.name, PID: r.d.pid(), JTI: r.jti, SourceIP: r.sourceIP, Args: strings.Join(r.args, " ")})
+			cr.Leaders[r.name] = leaderTransitions(leaders[r.name])
+		}
+		cr.Phases = aggregateCtl(reqs, phases, cr.Replicas, leaders)
+		cr.Episodes = taintEpisodes(watch.observations())
+		cr.Latency = map[string]latencyStat{"applied": latencyOf(cr.Episodes, "applied"), "removed": latencyOf(cr.Episodes, "removed")}
+		res.Controller = cr
+	}
 	res.Options.Old, res.Options.New = o.Binaries[0].path, o.Binaries[1].path
 	res.Options.Nodes, res.Options.Pods = o.Nodes, o.Pods
 	res.Options.Quiet, res.Options.After, res.Options.Down, res.Options.RestartWindow = o.Quiet.String(), o.After.String(), o.Down.String(), o.RestartWindow.String()

@@ -20,8 +20,10 @@ type auditEvent struct {
 	RequestURI string `json:"requestURI"`
 	Verb       string `json:"verb"`
 	User       struct {
-		Username string `json:"username"`
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
 	} `json:"user"`
+	SourceIPs []string `json:"sourceIPs"`
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
@@ -111,6 +113,9 @@ type fleetRequest struct {
 	at                  time.Time
 	user                string
 	verb, resource, sub string
+	name                string // the object's
+	credID              string // the user's credential ID (a token's "JTI=<jti>"), if the server gave one
+	sourceIP            string // the first of the request's source addresses
 	code                int
 	kind                reqKind
 	relist              bool
@@ -138,8 +143,18 @@ func (d *requestDedup) request(e *auditEvent) (fleetRequest, bool) {
 		return fleetRequest{}, false
 	}
 	res, sub := e.resource()
-	return fleetRequest{at: e.RequestReceivedTimestamp, user: e.User.Username, verb: e.Verb, resource: res, sub: sub,
-		code: e.code(), kind: classify(e)}, true
+	r := fleetRequest{at: e.RequestReceivedTimestamp, user: e.User.Username, verb: e.Verb, resource: res, sub: sub,
+		code: e.code(), kind: classify(e)}
+	if e.ObjectRef != nil {
+		r.name = e.ObjectRef.Name
+	}
+	if ids := e.User.Extra[credentialIDKey]; len(ids) > 0 {
+		r.credID = ids[0]
+	}
+	if len(e.SourceIPs) > 0 {
+		r.sourceIP = e.SourceIPs[0]
+	}
+	return r, true
 }
 
 // readAudit reads the requests of an audit log (one JSON event a line); a

@@ -300,6 +300,7 @@ current-context: c
 type countingProxy struct {
 	l       net.Listener
 	target  string
+	dialer  *net.Dialer
 	in, out atomic.Int64
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -307,11 +308,15 @@ type countingProxy struct {
 }
 
 func startCountingProxy(target string) (*countingProxy, error) {
+	return startCountingProxyDialer(target, &net.Dialer{Timeout: 5 * time.Second})
+}
+
+func startCountingProxyDialer(target string, d *net.Dialer) (*countingProxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &countingProxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p := &countingProxy{l: l, target: target, dialer: d, conns: map[net.Conn]struct{}{}}
 	p.wg.Go(p.serve)
 	return p, nil
 }
@@ -340,7 +345,7 @@ func (p *countingProxy) track(c net.Conn, add bool) {
 
 func (p *countingProxy) forward(c net.Conn) {
 	defer c.Close()
-	s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	s, err := p.dialer.Dial("tcp", p.target)
 	if err != nil {
 		return
 	}

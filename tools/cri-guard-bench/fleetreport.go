@@ -71,6 +71,8 @@ func printFleet(out io.Writer, o fleetOptions, res fleetResult) {
 		if p.Name == "wave" {
 			printWave(out, res.Wave)
 		}
+		printCtlPhase(out, o, res, p)
+		printRSS(out, res.RSS[p.Name])
 		if !p.Back.IsZero() {
 			for _, f := range []string{"old", "new"} {
 				s := spreadOf(agg[f].RelistAfterBack)
@@ -79,6 +81,7 @@ func printFleet(out io.Writer, o fleetOptions, res fleetResult) {
 			}
 		}
 	}
+	printLatency(out, res.Controller)
 }
 
 func printWave(out io.Writer, ws []waveResult) {
