@@ -171,8 +171,20 @@ func applyCtlManifests(ctx context.Context, c *fleetCluster, ms []ctlManifest) e
 		if ns := m.obj.GetNamespace(); ns != "" {
 			r = ri.Namespace(ns)
 		}
-		if _, err := r.Create(ctx, m.obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: create %s %s: %w", m.file, gvk.Kind, m.obj.GetName(), err)
+		// kube-system is made by the API server itself, maybe after its
+		// readyz: a namespaced object may have to wait for it
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := r.Create(ctx, m.obj, metav1.CreateOptions{})
+			if err == nil || apierrors.IsAlreadyExists(err) {
+				break
+			}
+			if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+				return fmt.Errorf("%s: create %s %s: %w", m.file, gvk.Kind, m.obj.GetName(), err)
+			}
+			if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

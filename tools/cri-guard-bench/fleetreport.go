@@ -33,6 +33,12 @@ var fleetRows = []fleetRow{
 func printFleet(out io.Writer, o fleetOptions, res fleetResult) {
 	fmt.Fprintf(out, "fleet: %d nodes per fleet, %d Running pods each; one kube-apiserver (watch cache on), audit at Metadata level\n", o.Nodes, o.Pods)
 	fmt.Fprintf(out, "  old = %s\n  new = %s\n", o.Binaries[0].path, o.Binaries[1].path)
+	if c := res.Controller; c != nil {
+		fmt.Fprintf(out, "  controller = %s, %d replicas as processes (the Deployment's args but the kubeconfig and metrics address), each with its own token of %s\n", o.Controller, len(c.Replicas), ctlUser)
+		for _, r := range c.Replicas {
+			fmt.Fprintf(out, "    %s: pid %d, token jti %s, from %s: %s\n", r.Name, r.PID, r.JTI, r.SourceIP, r.Args)
+		}
+	}
 	fmt.Fprintln(out, "figures per node per minute (requests from the audit log, by the node's user; bytes through the fleet's proxy)")
 	for _, p := range res.Phases {
 		fmt.Fprintf(out, "\nphase %s: %s, kube-apiserver CPU %.1f s (both fleets and the bench)\n", p.Name, p.End.Sub(p.Start).Round(1e9), p.CPUSeconds)
