@@ -261,6 +261,8 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	}); err != nil {
 		return err
 	}
+	sampler := startFleetSampler(ctls, nodePIDs(nodes), log)
+	defer sampler.stop()
 	if err := runParallel(nodes, len(nodes), func(n *fleetNode) error {
 		if err := waitSynced(ctx, filepath.Join(n.dir, "admin.sock"), len(n.pods)); err != nil {
 			return fmt.Errorf("node %s: %w", n.name, err)
@@ -269,8 +271,6 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	}); err != nil {
 		return err
 	}
-	sampler := startFleetSampler(ctls, nodePIDs(nodes), log)
-	defer sampler.stop()
 	log.WithField("nodes", len(nodes)).WithField("took", time.Since(mark).Round(time.Second)).Info("every cri-guard synced")
 	if err := sleepCtx(ctx, o.Settle); err != nil {
 		return err
