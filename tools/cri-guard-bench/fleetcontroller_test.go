@@ -347,3 +347,47 @@ func TestCtlMetricsAddress(t *testing.T) {
 		t.Error("no start line: no error")
 	}
 }
+
+// The controller's table gives each role's requests in the phase and per
+// minute of it, beside a node's, and the RSS of both.
+func TestPrintCtlPhase(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 15, 0, 0, 0, time.UTC)
+	p := fleetPhase{Name: "quiet", Start: t0, End: t0.Add(4 * time.Minute), Bytes: map[string]byteCount{"ctl-0": {In: 1000, Out: 5000}}}
+	res := fleetResult{Phases: []fleetPhase{p}}
+	res.Aggregate = fleetAggregate{Phases: map[string]map[string]*fleetAgg{"quiet": {"old": {}, "new": {}}}}
+	res.Aggregate.Phases["quiet"]["new"].Kinds[kindNodeWrite] = 16 // 2 nodes, 4 min: 2 a minute each
+	res.Controller = &ctlResult{
+		Replicas: []ctlReplica{{Name: "ctl-0"}, {Name: "ctl-1"}},
+		Phases: map[string]map[string]*ctlAgg{"quiet": {
+			roleLeader:   {Requests: map[string]int{"update leases": 120, "patch nodes": 4}, Total: 124, TaintPatches: 4, TaintPatchNodes: 3, Replicas: []string{"ctl-0"}},
+			roleFollower: {Requests: map[string]int{"get leases": 118}, Total: 118, Replicas: []string{"ctl-1"}},
+		}},
+	}
+	res.RSS = map[string]map[string]rssStat{"quiet": {roleLeader: {240, 30 << 20, 31 << 20}, "new": {96, 25 << 20, 26 << 20}}}
+	var b strings.Builder
+	o := fleetOptions{Nodes: 2}
+	printCtlPhase(&b, o, res, p)
+	printRSS(&b, res.RSS["quiet"])
+	out := b.String()
+	for _, want := range []string{
+		"update leases  120  30.0  0  0",
+		"get leases    0     0  118  29.5",
+		"all  124  31.0  118  29.5",
+		"a node's cri-guard, all requests per minute: old 0, new 2.000",
+		"taint patches (patch nodes, 2xx): leader 4 on 3 Nodes, follower 0",
+		"ctl-0 in 1000 out 5000",
+		"controller leader 30.0 / 31.0 (240 samples)",
+		"a node's cri-guard, new 25.0 / 26.0 (96 samples)",
+	} {
+		if !strings.Contains(squeeze(out), squeeze(want)) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	// update leases comes first, as the rows the controller makes
+	if strings.Index(out, "update leases") > strings.Index(out, "get leases") {
+		t.Errorf("rows out of order:\n%s", out)
+	}
+}
+
+// squeeze collapses runs of spaces, for comparing tabwriter output.
+func squeeze(s string) string { return strings.Join(strings.Fields(s), " ") }
