@@ -99,6 +99,9 @@ func TestAggregateCtl(t *testing.T) {
 		req(0, 11*time.Second, "patch", "nodes", "new-0", 200),
 		req(0, 12*time.Second, "patch", "nodes", "new-1", 200),
 		req(0, 13*time.Second, "patch", "nodes", "new-2", 422), // refused: not a taint patch that took
+		// the informer's watch-list, then a watch from its resourceVersion
+		fleetRequest{at: t0.Add(14 * time.Second), user: ctlUser, credID: "JTI=" + testReplicas[1].JTI, verb: "watch", resource: "nodes", code: 200, kind: kindList},
+		fleetRequest{at: t0.Add(15 * time.Second), user: ctlUser, credID: "JTI=" + testReplicas[1].JTI, verb: "watch", resource: "nodes", code: 200, kind: kindWatch},
 		// restart: ctl-0's failed renewal while it still leads, ctl-1's
 		// take-over after its gauge turned
 		req(0, 140*time.Second, "update", "leases", "cri-guard-controller", 500),
@@ -116,8 +119,11 @@ func TestAggregateCtl(t *testing.T) {
 	if got := q[roleFollower].Requests["get leases"]; got != 60 {
 		t.Errorf("quiet: follower's Lease GETs %d, want 60", got)
 	}
-	if q[roleLeader].Total != 64 || q[roleFollower].Total != 60 {
-		t.Errorf("quiet: totals leader %d follower %d, want 64 and 60", q[roleLeader].Total, q[roleFollower].Total)
+	if q[roleLeader].Total != 64 || q[roleFollower].Total != 62 {
+		t.Errorf("quiet: totals leader %d follower %d, want 64 and 62", q[roleLeader].Total, q[roleFollower].Total)
+	}
+	if f := q[roleFollower].Requests; f["watch nodes (initial list)"] != 1 || f["watch nodes"] != 1 {
+		t.Errorf("quiet: follower's watches %v, want the watch-list apart from the watch", f)
 	}
 	if q[roleLeader].TaintPatches != 3 || q[roleLeader].TaintPatchNodes != 2 || q[roleLeader].Errors != 1 {
 		t.Errorf("quiet: taint patches %d on %d nodes, %d errors; want 3 on 2, 1", q[roleLeader].TaintPatches, q[roleLeader].TaintPatchNodes, q[roleLeader].Errors)

@@ -80,7 +80,12 @@ func (a *ctlAgg) add(r fleetRequest, replica string) {
 	if r.sub != "" {
 		res += "/" + r.sub
 	}
-	a.Requests[r.verb+" "+res]++
+	key := r.verb + " " + res
+	if r.verb == "watch" && r.kind == kindList {
+		// client-go's watch-list: the server sends every object first
+		key += " (initial list)"
+	}
+	a.Requests[key]++
 	a.Total++
 	ok := r.code >= 200 && r.code < 300
 	if !ok {
@@ -305,7 +310,7 @@ func leaderTransitions(ls []leaderSample) []ctlLeaderTransition {
 }
 
 // ctlRequestOrder puts the rows the controller is expected to make first.
-var ctlRequestOrder = []string{"update leases", "get leases", "create leases", "list nodes", "watch nodes", "patch nodes"}
+var ctlRequestOrder = []string{"update leases", "get leases", "create leases", "list nodes", "watch nodes (initial list)", "watch nodes", "patch nodes"}
 
 // printCtlPhase prints a phase's controller figures beside a node's: its
 // requests by verb and resource per role, its taint patches, and VmRSS.
