@@ -221,6 +221,10 @@ YML
     setsid docker-registry serve "$W/registry.yml" >"$W/logs/registry.log" 2>&1 </dev/null &
     echo $! >"$W/registry.pid"
     wait_for 20 curl -sf "http://$REG/v2/" || die "registry did not start (log: $W/logs/registry.log)"
+  fi
+  # the images, unless an earlier run built them (a run that failed after
+  # starting the registry left it up without them)
+  if [ ! -s "$W/images/pause.tar" ] || [ ! -s "$W/images/busybox.tar" ]; then
     ts "images (build + push to $REG)"
     # the harness's images, built offline (scripts/rt.sh images builds the same)
     (cd "$SRC" && for p in pause nnp fakenginx; do
