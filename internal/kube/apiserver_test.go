@@ -595,17 +595,7 @@ func TestExpiredWatchRelistsOnce(t *testing.T) {
 // API server comes back.
 func TestRelistWaits(t *testing.T) {
 	f := newFakeAPI(t, apiPod("web", "u1"))
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
-	wait := func(ctx context.Context) error {
-		entered <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	entered, release, wait := heldWait()
 	f.start(Config{relistWait: wait})
 	waitFor(t, "listed", func() bool { return f.relists("pods") == 1 && f.relists("nodes") == 1 })
 	if n := len(entered); n != 0 {
@@ -623,6 +613,21 @@ func TestRelistWaits(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
+}
+
+// heldWait is a gate's wait that tells of each entry (entered) and
+// returns once release is closed, or with its context.
+func heldWait() (entered chan struct{}, release chan struct{}, wait func(context.Context) error) {
+	entered, release = make(chan struct{}, 8), make(chan struct{})
+	return entered, release, func(ctx context.Context) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // TestSpreadWaitEndsWithContext: the wait before a relist gives way to
@@ -900,17 +905,7 @@ func TestNodeScopedRequests(t *testing.T) {
 // relist); the first watches did not wait.
 func TestEarlyWatchEndWaits(t *testing.T) {
 	f := newFakeAPI(t, apiPod("web", "u1"))
-	entered := make(chan struct{}, 8)
-	release := make(chan struct{})
-	wait := func(ctx context.Context) error {
-		entered <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	entered, release, wait := heldWait()
 	f.start(Config{relistWait: wait})
 	waitFor(t, "watching", func() bool { return len(f.watches("pods")) == 1 && len(f.watches("nodes")) == 1 })
 	if n := len(entered); n != 0 {
