@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -18,7 +19,10 @@ const kubeletName = "kubelet"
 // from the processes that connect to the CRI socket (server's
 // ProcessConnected): a kubelet's restart resets its status manager's
 // cache, and the reports on the API need their bound armed again then
-// (kube.Client.KubeletStarted).
+// (kube.Client.KubeletStarted). It also tells when that kubelet has
+// exited (its last connection closed, server's ProcessDisconnected, and
+// its process gone): the reports it replaced are written again while no
+// kubelet runs (kube.Client.KubeletStopped).
 //
 // Why the CRI socket and not the API: a kubelet's start writes nothing to
 // the API that a running kubelet does not also write (its Node status and
@@ -36,11 +40,22 @@ type kubeletStarts struct {
 	// own /proc shows.
 	procRoot string
 	started  func()
+	stopped  func() // nil: exits are not told
 	log      *logrus.Entry
+	// exitChecks: when the process whose last connection closed is looked
+	// at (delays, one after the other); nil is defaultExitChecks
+	exitChecks []time.Duration
 
-	mu  sync.Mutex
-	pid int32 // the kubelet process last seen; 0 before the first
+	mu   sync.Mutex
+	pid  int32 // the kubelet process last seen; 0 before the first
+	gone int32 // the kubelet process last told exited
 }
+
+// defaultExitChecks: an exiting process closes its sockets a moment before
+// /proc shows it dead (a zombie, then nothing), and a kubelet that lives
+// on may close idle connections: its process is looked at a few times
+// within ~3 s of its last connection's close, then left alone.
+var defaultExitChecks = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
 
 // connected is server.Config.ProcessConnected: a kubelet process not seen
 // before is a start. The first one seen is one too: either the kubelet
@@ -60,6 +75,62 @@ func (k *kubeletStarts) connected(pid int32) {
 	}
 	k.log.WithFields(logrus.Fields{"pid": pid, "previous_pid": prev}).Info("kubelet process connected")
 	k.started()
+}
+
+// disconnected is server.Config.ProcessDisconnected: when it is the
+// kubelet last seen whose last connection closed, its process is looked
+// at off the caller's goroutine (exitChecks), and its exit, once seen, is
+// told once. A new kubelet connecting meanwhile ends the looking: its
+// start is told instead.
+func (k *kubeletStarts) disconnected(pid int32) {
+	k.mu.Lock()
+	ours := pid == k.pid && pid != k.gone
+	k.mu.Unlock()
+	if !ours || k.stopped == nil {
+		return
+	}
+	checks := k.exitChecks
+	if checks == nil {
+		checks = defaultExitChecks
+	}
+	go func() {
+		for _, d := range checks {
+			time.Sleep(d)
+			if !processGone(k.procRoot, pid) {
+				continue
+			}
+			k.mu.Lock()
+			tell := pid == k.pid && pid != k.gone
+			if tell {
+				k.gone = pid
+			}
+			k.mu.Unlock()
+			if tell {
+				k.log.WithField("pid", pid).Info("kubelet process exited")
+				k.stopped()
+			}
+			return
+		}
+	}()
+}
+
+// processGone says whether the process pid (as procRoot shows it) has
+// exited: no longer there, a zombie, or its pid taken by another program.
+func processGone(procRoot string, pid int32) bool {
+	if !isKubelet(procRoot, pid) {
+		return true
+	}
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(int(pid)), "stat"))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false // unreadable: taken for alive, as a process that is
+	}
+	st := b[i+2]
+	return st == 'Z' || st == 'X'
 }
 
 // isKubelet says whether the process pid (as procRoot shows it) is a

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -48,4 +49,66 @@ func TestKubeletStarts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestKubeletStops: the kubelet last seen whose last connection closes is
+// told exited once its process is gone or a zombie (looked at a few times:
+// an exit closes the sockets before /proc shows it), once; a kubelet that
+// lives on (idle connections closed), another process, or an older kubelet
+// after a new one connected are not.
+func TestKubeletStops(t *testing.T) {
+	root := t.TempDir()
+	proc := func(pid int32, comm, state string) {
+		dir := filepath.Join(root, strconv.Itoa(int(pid)))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "comm"), []byte(comm+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stat := strconv.Itoa(int(pid)) + " (" + comm + ") " + state + " 1 1 1 0 -1"
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stops := make(chan struct{}, 10)
+	k := &kubeletStarts{procRoot: root, started: func() {}, stopped: func() { stops <- struct{}{} },
+		log: logrus.NewEntry(logrus.New()), exitChecks: []time.Duration{0, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond}}
+	told := func(want int, what string) {
+		t.Helper()
+		time.Sleep(100 * time.Millisecond) // past every check
+		if n := len(stops); n != want {
+			t.Fatalf("%s: told %d exits, want %d", what, n, want)
+		}
+	}
+	proc(10, "kubelet", "S")
+	proc(11, "crictl", "S")
+	k.connected(10)
+	k.disconnected(10)
+	told(0, "a kubelet living on")
+	k.connected(11)
+	k.disconnected(11)
+	told(0, "another process")
+	proc(10, "kubelet", "Z")
+	k.disconnected(10)
+	told(1, "a zombie kubelet")
+	k.disconnected(10)
+	told(1, "the same exit again")
+	proc(12, "kubelet", "S")
+	k.connected(12)
+	if err := os.RemoveAll(filepath.Join(root, "12")); err != nil {
+		t.Fatal(err)
+	}
+	k.disconnected(12)
+	told(2, "a kubelet gone from /proc")
+	proc(13, "kubelet", "S")
+	proc(14, "kubelet", "S")
+	k.connected(13)
+	k.connected(14) // a new kubelet before the old one's connections closed
+	proc(13, "kubelet", "Z")
+	k.disconnected(13)
+	told(2, "an older kubelet after a new one connected")
+	proc(14, "sleep", "S") // its pid reused by another program
+	k.disconnected(14)
+	told(3, "a pid reused")
 }

@@ -133,8 +133,8 @@ func run(ctx context.Context, opts options, log *logrus.Entry) error {
 		scfg.Observer = m
 	}
 	if kc != nil {
-		ks := &kubeletStarts{procRoot: "/proc", started: kc.kubeletStarted, log: logger.WithField("component", "kube")}
-		scfg.ProcessConnected = ks.connected
+		ks := &kubeletStarts{procRoot: "/proc", started: kc.kubeletStarted, stopped: kc.kubeletStopped, log: logger.WithField("component", "kube")}
+		scfg.ProcessConnected, scfg.ProcessDisconnected = ks.connected, ks.disconnected
 	}
 	srv, err := server.New(scfg, rt, hooks, logger.WithField("component", "server"))
 	if err != nil {

@@ -137,6 +137,14 @@ func (k *lateKube) kubeletStarted() {
 	}
 }
 
+// kubeletStopped is kube.Client.KubeletStopped; before the connection
+// there is no report to keep.
+func (k *lateKube) kubeletStopped() {
+	if c := k.c.Load(); c != nil {
+		c.KubeletStopped()
+	}
+}
+
 // setNodePressure is kube.Client.SetNodePressure; before the connection
 // the last value is kept and written once connected.
 func (k *lateKube) setNodePressure(p kube.NodePressure) {

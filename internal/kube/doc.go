@@ -21,7 +21,8 @@
 //   - Reports converge by watching, never by timed read-backs: patches of
 //     the fields cri-guard owns, with the pod's UID as precondition, written
 //     again when the watch shows them replaced, within a bound (report.go
-//     says why), armed again when a kubelet starts (KubeletStarted); events
+//     says why), armed again when a kubelet exits or starts
+//     (KubeletStopped, KubeletStarted); events
 //     through client-go's broadcaster and correlator.
 //   - Every request is priced for a 5,000-node cluster: watches from
 //     bookmarks, no periodic GET, protobuf, jittered writes.

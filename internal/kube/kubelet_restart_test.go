@@ -55,11 +55,15 @@ func (k *fakeKubelet) restart() { k.reason, k.message = "", "" }
 // takes them from the API and they stick; or its first sync regresses
 // them, they are written again and its next sync takes them. A kubelet
 // whose cache still never takes them gets reassertMax writes for its
-// start and is then left alone again. One event in every case.
+// start and is then left alone again. A kubelet seen to exit first
+// (KubeletStopped) has them written while none runs: the next one's first
+// sync takes them even when it comes before the write at its start would
+// have landed. One event in every case.
 func TestKubeletRestartRearmsBound(t *testing.T) {
 	tests := []struct {
 		name    string
 		restart bool
+		stop    bool // the old kubelet's exit is seen before the new one starts
 		// after the restart: the kubelet's first sync reads a pod from
 		// before cri-guard's write; its cache never takes the API's
 		staleFirstSync, neverTakes bool
@@ -71,6 +75,8 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 		{name: "restart: first sync regresses it, written again, next sync takes it", restart: true, staleFirstSync: true,
 			patches: 3 + reassertMax, left: 1, holds: true},
 		{name: "restart: never taken, bounded again", restart: true, neverTakes: true, patches: 1 + 2*reassertMax, left: 2},
+		{name: "stop, then restart: written while none runs, the first sync takes it before the start's write", restart: true, stop: true,
+			patches: 2 + reassertMax, left: 1, holds: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -101,7 +107,18 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 			tick(10 * time.Second)
 			k.syncBatch()
 			waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
-			if tt.restart {
+			if tt.stop {
+				tick(10 * time.Minute) // past the first window
+				c.KubeletStopped()
+				written(2+reassertMax, "written again at the kubelet's exit")
+				k.restart()
+				k.podSync(f.pod("web").Status) // before KubeletStarted is told
+				c.KubeletStarted()
+				if n := f.podPatches("web"); n != 2+reassertMax {
+					t.Fatalf("%d status patches after the start of a kubelet whose first sync read the report, want %d", n, 2+reassertMax)
+				}
+			}
+			if tt.restart && !tt.stop {
 				tick(10 * time.Minute) // past the first window
 				k.restart()
 				c.KubeletStarted()

@@ -82,7 +82,12 @@ const eventComponent = "cri-guard"
 // pod take reason and message from the API, so a write that lands before
 // them, or right after one of them has regressed the pod while the pod's
 // worker is still syncing it, is what its cache keeps from then on. One
-// kubelet start costs at most reassertMax writes per reported pod.
+// kubelet start costs at most reassertMax writes per reported pod. The
+// race between that first sync and the write at the start is the new
+// kubelet's to win when the old one had replaced the report at its status
+// syncs (its container exited 0, so the phase it derived was not the
+// API's): a kubelet that exits (KubeletStopped) has the report written
+// again while none runs, and the next one's first sync reads it.
 const (
 	reassertMax    = 3
 	reassertWindow = 10 * time.Minute
@@ -217,7 +222,7 @@ func (c *Client) watched(p *corev1.Pod) {
 		c.poke()
 		return
 	}
-	if holds(p, r) || (r.patchedRV != 0 && resourceVersion(p) < r.patchedRV) {
+	if !replaced(p, r) {
 		c.mu.Unlock()
 		return
 	}
@@ -246,6 +251,27 @@ func (c *Client) watched(p *corev1.Pod) {
 // again at once, so that the new kubelet's first sync of the pod reads
 // cri-guard's values from the API. It never blocks.
 func (c *Client) KubeletStarted() {
+	c.rearm("kubelet started: reported pod statuses are kept again within the bound")
+}
+
+// KubeletStopped tells the client that the kubelet process has exited
+// (cmd sees its last CRI connection close and the process gone). Until a
+// new one starts nothing regresses a report, and the new one's status
+// manager starts from the API's status: a report the old kubelet had
+// replaced (it does at each status sync once its cache lacks the report,
+// and the bound may have left it so) is written now, while no kubelet
+// can write over it, so that the next kubelet's first sync reads it
+// whatever the race between that sync and KubeletStarted's write. Every
+// written report gets its bound again, as at a start: a kubelet restart
+// costs at most 1 + reassertMax writes per reported pod. It never blocks.
+func (c *Client) KubeletStopped() {
+	c.rearm("kubelet stopped: reported pod statuses the kubelet replaced are written again before the next one starts")
+}
+
+// rearm gives every written report its bound again (those left to the
+// kubelet included) and writes at once each one whose cached pod lacks
+// its fields.
+func (c *Client) rearm(msg string) {
 	c.mu.Lock()
 	armed, due := 0, 0
 	for _, r := range c.reports {
@@ -258,7 +284,7 @@ func (c *Client) KubeletStarted() {
 		if r.pending {
 			continue
 		}
-		if p, ok := byUID(c.pods, r.uid); ok && !holds(p, r) {
+		if p, ok := byUID(c.pods, r.uid); ok && replaced(p, r) {
 			r.reasserts++
 			r.pending, r.next = true, c.now()
 			due++
@@ -269,10 +295,18 @@ func (c *Client) KubeletStarted() {
 		return
 	}
 	c.log.WithFields(logrus.Fields{"reports": armed, "written_again": due, "bound": fmt.Sprintf("%d in %s", reassertMax, reassertWindow)}).
-		Info("kubelet started: reported pod statuses are kept again within the bound")
+		Info(msg)
 	if due > 0 {
 		c.poke()
 	}
+}
+
+// replaced says whether the cached pod shows the written report replaced:
+// it lacks what cri-guard owns, and it is not older than cri-guard's last
+// write (the watch may still deliver older versions, which say nothing of
+// it).
+func replaced(p *corev1.Pod, r *report) bool {
+	return !holds(p, r) && (r.patchedRV == 0 || resourceVersion(p) >= r.patchedRV)
 }
 
 // resourceVersion is the pod's resourceVersion as a number (etcd's

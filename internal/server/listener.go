@@ -113,8 +113,10 @@ type peerListener struct {
 	log                  *logrus.Entry
 	now                  func() time.Time
 	// processConnected, if set, is told a root process's first connection
-	// (Config.ProcessConnected)
-	processConnected func(pid int32)
+	// (Config.ProcessConnected); processDisconnected its last one's close
+	// (Config.ProcessDisconnected)
+	processConnected    func(pid int32)
+	processDisconnected func(pid int32)
 
 	mu      sync.Mutex
 	total   int
@@ -216,8 +218,9 @@ func (l *peerListener) heaviestNewest(atLeast int) *peerConn {
 	return most[len(most)-1]
 }
 
-// remove drops c from the counts; l.mu is held.
-func (l *peerListener) remove(c *peerConn) {
+// remove drops c from the counts and says whether c was its peer's last
+// connection; l.mu is held.
+func (l *peerListener) remove(c *peerConn) (last bool) {
 	cs := l.peers[c.peer]
 	for i, x := range cs {
 		if x == c {
@@ -231,6 +234,7 @@ func (l *peerListener) remove(c *peerConn) {
 		l.peers[c.peer] = cs
 	}
 	l.total--
+	return len(cs) == 0
 }
 
 // held returns the connections held in all and by p.
@@ -252,12 +256,16 @@ type peerConn struct {
 
 func (c *peerConn) Close() error {
 	c.l.mu.Lock()
+	last := false
 	if !c.released {
 		c.released = true
-		c.l.remove(c)
+		last = c.l.remove(c)
 	}
 	c.l.mu.Unlock()
 	err := c.Conn.Close()
+	if last && c.peer.pid != 0 && !c.peer.unknown && c.l.processDisconnected != nil {
+		c.l.processDisconnected(c.peer.pid)
+	}
 	if errors.Is(err, net.ErrClosed) {
 		// closed already to make room for another peer
 		return nil

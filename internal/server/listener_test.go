@@ -135,7 +135,8 @@ func TestPeerOfUnixConn(t *testing.T) {
 // TestProcessConnected: a root process is announced at its first
 // connection, not at the others it opens while it holds one, and again
 // once it has held none (a restarted kubelet's new process has a new pid;
-// cmd tells the kubelet's processes apart by pid).
+// cmd tells the kubelet's processes apart by pid). Its going is announced
+// when the last connection it held closes, not before.
 func TestProcessConnected(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("a process is told apart by its pid only when it runs as root")
@@ -146,8 +147,9 @@ func TestProcessConnected(t *testing.T) {
 	}
 	l := newPeerListener(raw, 16, 8, logrus.NewEntry(logrus.New()))
 	var mu sync.Mutex
-	var seen []int32
+	var seen, gone []int32
 	l.processConnected = func(pid int32) { mu.Lock(); seen = append(seen, pid); mu.Unlock() }
+	l.processDisconnected = func(pid int32) { mu.Lock(); gone = append(gone, pid); mu.Unlock() }
 	defer l.Close()
 	accepted := make(chan net.Conn)
 	go func() {
@@ -172,6 +174,7 @@ func TestProcessConnected(t *testing.T) {
 		return cs
 	}
 	announced := func() []int32 { mu.Lock(); defer mu.Unlock(); return slices.Clone(seen) }
+	left := func() []int32 { mu.Lock(); defer mu.Unlock(); return slices.Clone(gone) }
 	me := int32(os.Getpid())
 	first := connect(3)
 	if got := announced(); !slices.Equal(got, []int32{me}) {
@@ -185,7 +188,14 @@ func TestProcessConnected(t *testing.T) {
 		t.Fatalf("a connection of a process holding one: announced %v, want [%d]", got, me)
 	}
 	first[2].Close()
+	if got := left(); len(got) != 0 {
+		t.Fatalf("a process still holding a connection: announced gone %v", got)
+	}
 	again[0].Close()
+	again[0].Close() // a second close is not a second going
+	if got := left(); !slices.Equal(got, []int32{me}) {
+		t.Fatalf("after its last connection closed: announced gone %v, want [%d]", got, me)
+	}
 	if total, _ := l.held(peerID{pid: me}); total != 0 {
 		t.Fatalf("%d connections held, want 0", total)
 	}

@@ -100,6 +100,11 @@ type Config struct {
 	// It is called on the accept path, once per connection so announced,
 	// never per call: it must return at once.
 	ProcessConnected func(pid int32)
+	// ProcessDisconnected, when set, is told the pid of such a process
+	// when the last connection it held is closed (by either side; a
+	// process that exits closes all of its). Called on the connection's
+	// close, never per call: it must return at once.
+	ProcessDisconnected func(pid int32)
 }
 
 // Backend is what the server needs from the runtime connection
@@ -205,6 +210,7 @@ func (s *Server) Listen() error {
 	s.mu.Lock()
 	pl := newPeerListener(l, s.cfg.MaxConnections, s.cfg.MaxConnectionsPerPeer, s.log)
 	pl.processConnected = s.cfg.ProcessConnected
+	pl.processDisconnected = s.cfg.ProcessDisconnected
 	s.lis = pl
 	s.mu.Unlock()
 	return nil
