@@ -23,6 +23,9 @@
 #   make deb     the Debian package, bin/cri-guard_<version>_<arch>.deb
 #   make tools-test   vet and test -race of tools/cri-guard-bench and
 #                tools/mkimages (modules of their own); make test runs it
+#   make scripts-test   bash -n of scripts/*.sh and scripts/lib_test.sh (the
+#                helpers of scripts/lib.sh, without root or the harness; a few
+#                seconds); make test runs it
 #   make monitoring-test   contrib/monitoring: promtool check rules and test
 #                rules (promtool from Debian's prometheus package, unpacked by
 #                scripts/promtool.sh, not installed), and the Go test that each
@@ -51,7 +54,7 @@ CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: compat controller-image monitoring-test monitoring-scrape monitoring-rule deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat controller-image monitoring-test monitoring-scrape monitoring-rule deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test scripts-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -136,6 +139,13 @@ tools-test:
 	  $(GO) -C $$m vet ./... && $(GO) -C $$m test -race -count=1 ./... || rc=1; \
 	done; exit $$rc
 
+# The scripts' syntax, and the shared helpers of scripts/lib.sh by
+# scripts/lib_test.sh: what the harness scripts do with them only the stages
+# below exercise.
+scripts-test:
+	@rc=0; for f in scripts/*.sh; do bash -n "$$f" || rc=1; done; \
+	scripts/lib_test.sh || rc=1; exit $$rc
+
 # Runs every stage even when one fails, always tears the harness down, and
 # exits non-zero if anything failed.
 test:
@@ -147,6 +157,7 @@ test:
 	$(MAKE) --no-print-directory kubeletdiff || rc=1; \
 	$(MAKE) --no-print-directory slowfs || rc=1; \
 	$(MAKE) --no-print-directory tools-test || rc=1; \
+	$(MAKE) --no-print-directory scripts-test || rc=1; \
 	$(MAKE) --no-print-directory build || rc=1; \
 	if scripts/rt.sh up; then \
 	  if scripts/rt.sh up-events; then export CRI_GUARD_RT_EVENTS=$(CRI_GUARD_RT)-events/containerd.sock; \
