@@ -50,70 +50,24 @@ CGE=cri-guard-rt-events
 CTRD_BIN=$CACHE/containerd-$CTRD_EVENTS/bin
 export CGO_ENABLED=0
 
-T0=$EPOCHREALTIME
-ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[rt +%6.2fs] %s\n", a - b, m }' >&2; }
-die() { echo "rt.sh: $*" >&2; exit 1; }
+LOG_PREFIX=rt LOG_WIDTH=6
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SRC/scripts/lib.sh" # ts, die, apt_need, alive, stop_pid, cg_kill, ...
+# A package in state "deinstall ok config-files" is missing here; DEBIAN_FRONTEND
+# stays exported for all that runs after an install.
+APT_INSTALLED=status APT_EXPORT_FRONTEND=1
 
-[ "$(id -u)" = 0 ] || die "must run as root"
+need_root
 
-# shellcheck source=build-runtime.sh
+# shellcheck source-path=SCRIPTDIR source=build-runtime.sh
 . "$SRC/scripts/build-runtime.sh" # CTRD, RUNC, CTRD_DIR, RUNC_DIR, build_containerd, build_runc
 CTR=$CTRD_DIR/ctr
 # ctr 2.x prints containerd's deprecation warnings on every call: up says them once.
 export CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
 
-# alive PIDFILE COMM: the saved process is running and is COMM.
-alive() {
-  local p
-  p=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$2" ]
-}
-
-# stop_pid PIDFILE COMM SIGNAL: stop the saved process, by PID only.
-stop_pid() {
-  local p i
-  if alive "$1" "$2"; then
-    p=$(cat "$1")
-    kill -"$3" "$p" 2>/dev/null || true
-    for i in $(seq 100); do [ -d /proc/"$p" ] || break; sleep 0.1; done
-    [ -d /proc/"$p" ] && kill -9 "$p" 2>/dev/null || true
-  fi
-  rm -f "$1"
-}
-
-apt_need() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  ts "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # one apt at a time: make test builds the guest (scripts/vm.sh) meanwhile
-  (flock 9
-    apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null 2>&1 || {
-      apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
-      apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
-    }) 9>/tmp/cri-guard-apt.lock
-}
-
 tools() {
   mkdir -p "$TOOLS" "$CACHE/dl"
-  if ! "$TOOLS/crictl" --version 2>/dev/null | grep -q "${CRI_TOOLS#v}"; then
-    ts "go install crictl $CRI_TOOLS"
-    GOBIN=$TOOLS go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" \
-      "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
-  fi
-  if [ ! -x "$TOOLS/critest" ]; then # a test binary: go test -c inside the module
-    ts "build critest $CRI_TOOLS"
-    local mod
-    mod=$(cd /tmp && go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-    (cd "$mod" && go test -c -o "$TOOLS/critest.tmp" ./cmd/critest) && mv "$TOOLS/critest.tmp" "$TOOLS/critest"
-  fi
-  if ! "$TOOLS/ginkgo" version 2>/dev/null | grep -q "${GINKGO#v}"; then # for critest --parallel
-    ts "go install ginkgo $GINKGO"
-    GOBIN=$TOOLS go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO"
-  fi
+  cri_tools
   busybox
   mkdir -p "$RT/bin"
   for t in crictl critest ginkgo; do ln -sf "$TOOLS/$t" "$RT/bin/$t"; done
@@ -243,19 +197,8 @@ TOML
 configs() {
   mkdir -p "$RT"/{root,state,logs,opt,cni/net.d,certs.d,registry-data,images}
   containerd2_toml
-  cat >"$RT/cni/net.d/10-$NET.conflist" <<JSON
-{"cniVersion": "0.4.0", "name": "$NET", "plugins": [
-  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$RT/cni/ipam", "ranges": [[{"subnet": "$SUBNET"}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "portmap", "capabilities": {"portMappings": true}}]}
-JSON
-  local r
-  for r in registry.k8s.io k8s.gcr.io gcr.io docker.io localhost:5000 "$REG"; do
-    mkdir -p "$RT/certs.d/$r"
-    printf 'server = "https://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
-      "$r" "$REG" >"$RT/certs.d/$r/hosts.toml"
-  done
+  cni_conflist "$RT" "$NET" "$BRIDGE" "$SUBNET"
+  registry_mirrors "$RT" "$REG"
   printf 'runtime-endpoint: unix://%s/containerd.sock\nimage-endpoint: unix://%s/containerd.sock\ntimeout: 30\n' \
     "$RT" "$RT" >"$RT/crictl.yaml"
   printf 'defaultTestContainerImage: registry.k8s.io/e2e-test-images/busybox:1.29-2\nwebServerTestImage: registry.k8s.io/e2e-test-images/nginx:1.14-2\n' \
@@ -299,21 +242,7 @@ start_containerd() {
   die "containerd did not start (log: $RT/logs/containerd.log)"
 }
 
-# kill_cgroup_procs NAME: SIGKILL, by PID, the processes still in the cgroup
-# NAME (every hierarchy) and below. Our pods' cgroups hold only ours: a
-# `runc init` whose create a killed caller cut off waits forever for its
-# start and keeps its cgroup (TestCrashRestore makes a few).
-kill_cgroup_procs() {
-  local c p
-  for c in /sys/fs/cgroup/*/"$1"; do
-    if [ -d "$c" ]; then find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
-  done | sort -u | while read -r p; do
-    if [ "$p" != $$ ]; then kill -9 "$p" 2>/dev/null || true; fi
-  done
-  sleep 0.2
-}
-
-stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL; }
+stop_containerd() { stop_pid "$RT/containerd.pid" containerd KILL 10; }
 
 # rm_shim_sockets: the sockets our shims left in /run/containerd/s (a shim that
 # is killed, or whose start was cancelled, does not remove its own). Their
@@ -380,23 +309,14 @@ down() {
   if alive "$RT/containerd.pid" containerd && [ -x "$RT/bin/crictl" ]; then
     timeout 60 "$RT/bin/crictl" --config "$RT/crictl.yaml" rmp -af >/dev/null 2>&1 || true
   fi
-  stop_pid "$RT/containerd.pid" containerd TERM
-  stop_pid "$RT/registry.pid" docker-registry TERM
-  local p
-  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RT/containerd.sock" || true); do # leftover shims, by PID
-    # only shims: a shell whose command line holds this pattern matches it too
-    [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ] && kill -9 "$p" 2>/dev/null || true
-  done
+  stop_pid "$RT/containerd.pid" containerd TERM 10
+  stop_pid "$RT/registry.pid" docker-registry TERM 10
+  kill_shims "$RT/containerd.sock" # leftover shims, by PID
   sleep 0.2
   rm_shim_sockets
-  { findmnt -rn -o TARGET | grep "^$RT/" || true; } | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" || true
-  done
-  local c
-  kill_cgroup_procs "$CG-pods"
-  for c in /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/*/"$CG-pods"; do
-    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
-  done
+  umount_under "$RT"
+  cg_kill "$CG-pods" # the `runc init`s of cut-off creates (TestCrashRestore makes a few)
+  cg_rmdir "$CG" "$CG-pods"
   ip link del "$BRIDGE" 2>/dev/null || true
   local fam
   for fam in ip ip6; do # nat tables that portmap created (absent before `up`)
@@ -407,10 +327,7 @@ down() {
   done
   [ -f "$RT/ip_forward.orig" ] && cat "$RT/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
   rm -rf /var/lib/cni/results/"$NET"-* /var/lib/cni/networks/"$NET" 2>/dev/null || true
-  if findmnt -rn -o TARGET | grep -q "^$RT/"; then
-    die "mounts left under $RT; not removing it"
-  fi
-  rm -rf "$RT"
+  rm_unmounted "$RT"
   ts "down done"
 }
 
@@ -485,24 +402,16 @@ down_events() {
     timeout 60 "$TOOLS/crictl" --runtime-endpoint "unix://$RTE/containerd.sock" --image-endpoint "unix://$RTE/containerd.sock" \
       rmp -af >/dev/null 2>&1 || true
   fi
-  stop_pid "$RTE/containerd.pid" containerd TERM
+  stop_pid "$RTE/containerd.pid" containerd TERM 10
   local p
   for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $RTE/containerd.sock( |$)" || true); do # leftover shims, by PID
     kill -9 "$p" 2>/dev/null || true
   done
   sleep 0.2
-  { findmnt -rn -o TARGET | grep "^$RTE/" || true; } | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" || true
-  done
-  local c
-  kill_cgroup_procs "$CGE-pods"
-  for c in /sys/fs/cgroup/*/"$CGE" /sys/fs/cgroup/*/"$CGE-pods"; do
-    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
-  done
-  if findmnt -rn -o TARGET | grep -q "^$RTE/"; then
-    die "mounts left under $RTE; not removing it"
-  fi
-  rm -rf "$RTE"
+  umount_under "$RTE"
+  cg_kill "$CGE-pods"
+  cg_rmdir "$CGE" "$CGE-pods"
+  rm_unmounted "$RTE"
   ts "down-events done"
 }
 
