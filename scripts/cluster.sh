@@ -59,78 +59,41 @@ GUARD_METRICS=127.0.0.1:19713
 SERVICE_CIDR=10.96.0.0/16
 export CGO_ENABLED=0
 
-T0=$EPOCHREALTIME
-ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[cluster +%6.2fs] %s\n", a - b, m }' >&2; }
-die() { echo "cluster.sh: $*" >&2; exit 1; }
+LOG_PREFIX=cluster LOG_WIDTH=6
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SRC/scripts/lib.sh" # ts, die, alive, stop_pid, launch, wait_for, cg_make, ...
 
-[ "$(id -u)" = 0 ] || die "must run as root"
+need_root
 
-# alive NAME: the process saved in $C/pids/NAME.pid runs and is the binary NAME.
-alive() {
-  local p
-  p=$(cat "$C/pids/$1.pid" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "${1:0:15}" ]
-}
+# alive_name NAME: the process saved in $C/pids/NAME.pid runs and is the binary NAME.
+alive_name() { alive "$C/pids/$1.pid" "$1"; }
 
 # stop NAME SIGNAL: stop the saved process, by PID only.
-stop() {
-  local p _
-  if alive "$1"; then
-    p=$(cat "$C/pids/$1.pid")
-    kill -"$2" "$p" 2>/dev/null || true
-    for _ in $(seq 150); do [ -d /proc/"$p" ] || break; sleep 0.1; done
-    if [ -d /proc/"$p" ]; then kill -9 "$p" 2>/dev/null || true; fi
-  fi
-  rm -f "$C/pids/$1.pid"
-}
+stop() { stop_pid "$C/pids/$1.pid" "$1" "$2"; }
 
-# hierarchies: every mounted cgroup hierarchy (v1 controllers, name=systemd, unified).
-hierarchies() { local h; for h in /sys/fs/cgroup/*/; do [ -f "$h/cgroup.procs" ] && echo "${h%/}"; done; }
-
-# cg_make PATH: the cgroup PATH (relative to the roots) in every hierarchy; a
-# new v1 cpuset gets the root's cpus and mems, or no process could join it.
-cg_make() {
-  local h d part
-  for h in $(hierarchies); do
-    d=$h
-    for part in ${1//\// }; do
-      d=$d/$part
-      [ -d "$d" ] || mkdir "$d"
-      if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
-        cat "$h/cpuset.cpus" >"$d/cpuset.cpus" && cat "$h/cpuset.mems" >"$d/cpuset.mems"
-      fi
-    done
-  done
-}
-
-# launch NAME ARGS...: run $KBIN/NAME (or the path in $BIN) in the background,
-# in the cgroups /$CGC/NAME of every hierarchy, detached from this shell, its
-# PID in $C/pids/NAME.pid and its output in $C/logs/NAME.log.
-launch() {
-  local name=$1 bin=${BIN:-$KBIN/$1}
+# launch_named NAME ARGS...: run $KBIN/NAME (or the path in $BIN) in the
+# background, in the cgroups /$CGC/NAME of every hierarchy, detached from this
+# shell, its PID in $C/pids/NAME.pid and its output in $C/logs/NAME.log; dies
+# when it does not run as NAME within 5 s.
+launch_named() {
+  local name=$1 bin=${BIN:-$KBIN/$1} p _
   shift
-  cg_make "$CGC/$name"
-  # shellcheck disable=SC2016 # expanded by the inner bash: $0 is the cgroup, $$ its PID
-  setsid bash -c 'for h in /sys/fs/cgroup/*/; do
-      if [ -f "$h$0/cgroup.procs" ]; then echo $$ >"$h$0/cgroup.procs"; fi; done; exec "$@"' \
-    "$CGC/$name" "$bin" "$@" >>"$C/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$C/pids/$name.pid"
-  local _ # until the exec: alive checks the binary's name
-  for _ in $(seq 100); do alive "$name" && return 0; [ -d /proc/$! ] || break; sleep 0.05; done
+  launch "$C/pids/$name.pid" "$C/logs/$name.log" "$CGC/$name" "$bin" "$@"
+  p=$(cat "$C/pids/$name.pid") # until the exec: alive_name checks the binary's name
+  for _ in $(seq 100); do alive_name "$name" && return 0; [ -d /proc/"$p" ] || break; sleep 0.05; done
   tail -30 "$C/logs/$name.log" >&2
   die "$name did not start (log: $C/logs/$name.log)"
 }
 
-# wait_for WHAT SECONDS NAME CMD...: poll CMD until it succeeds; fail when NAME dies.
-wait_for() {
-  local what=$1 secs=$2 name=$3 _
+# wait_up WHAT SECONDS NAME CMD...: poll CMD until it succeeds; fail when NAME
+# dies, or after SECONDS.
+wait_up() {
+  local what=$1 secs=$2 name=$3 rc=0
   shift 3
-  for _ in $(seq $((secs * 5))); do
-    "$@" >/dev/null 2>&1 && return 0
-    alive "$name" || { tail -30 "$C/logs/$name.log" >&2; die "$name exited (log: $C/logs/$name.log)"; }
-    sleep 0.2
-  done
+  wait_for -p "$C/pids/$name.pid" "$name" "$secs" "$@" || rc=$?
+  [ "$rc" = 0 ] && return 0
   tail -30 "$C/logs/$name.log" >&2
+  [ "$rc" = 2 ] && die "$name exited (log: $C/logs/$name.log)"
   die "$what not ready after ${secs}s (log: $C/logs/$name.log)"
 }
 
@@ -223,10 +186,7 @@ configs() {
   kubeconfig kubelet node
   # The fake stats tree cri-guard reads (tests rewrite meminfo for pressure):
   # 16 GiB of memory, 12 GiB available, no PSI stall, no cgroup stats.
-  printf 'MemTotal:       16777216 kB\nMemFree:        12582912 kB\nMemAvailable:   12582912 kB\nBuffers:        0 kB\nCached:         0 kB\n' \
-    >"$C/stats/proc/meminfo"
-  printf 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n' \
-    >"$C/stats/proc/pressure/memory"
+  fake_stats "$C/stats"
   # cri-guard: CRI-only (no API connection), fast housekeeping for the tests;
   # every pod in kube-system is critical (a system-node-critical priority is
   # not in the CRI request, so the namespace is how cri-guard knows it).
@@ -319,9 +279,9 @@ guard_ok() {
 # No endpoint reconciler: the apiserver's only address is 127.0.0.1, which an
 # Endpoints object may not hold (nothing here uses the kubernetes Service).
 start_apiserver() {
-  alive kube-apiserver && return 0
+  alive_name kube-apiserver && return 0
   local P=$C/pki
-  launch kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
+  launch_named kube-apiserver --etcd-servers "http://$ETCD_CLIENT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${API#*:}" \
     --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" --client-ca-file "$P/ca.crt" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -331,26 +291,26 @@ start_apiserver() {
     --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
     --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none \
     --cert-dir "$C/apiserver-certs" --profiling=false
-  wait_for kube-apiserver 120 kube-apiserver kc get --raw /readyz
+  wait_up kube-apiserver 120 kube-apiserver kc get --raw /readyz
 }
 
 # start_guard [api]: cri-guard CRI-only, or with the API connection; the
 # binary is $CRI_GUARD_CLUSTER_BIN when set (another build, e.g. a baseline to
-# compare with: its file must be named cri-guard, which alive checks), else
+# compare with: its file must be named cri-guard, which alive_name checks), else
 # the one `up` built from this checkout.
 start_guard() {
-  alive cri-guard && return 0
+  alive_name cri-guard && return 0
   local cfg=$C/cri-guard/config.yaml bin=${CRI_GUARD_CLUSTER_BIN:-$C/bin/cri-guard}
   [ "${1:-}" = api ] && cfg=$C/cri-guard/config-api.yaml
   [ "$(basename "$bin")" = cri-guard ] && [ -x "$bin" ] || die "CRI_GUARD_CLUSTER_BIN=$bin: not an executable named cri-guard"
-  BIN=$bin launch cri-guard --config "$cfg"
-  wait_for cri-guard 60 cri-guard guard_ok
+  BIN=$bin launch_named cri-guard --config "$cfg"
+  wait_up cri-guard 60 cri-guard guard_ok
 }
 
 # start_kubelet: the kubelet, its runtime endpoint cri-guard's socket.
 start_kubelet() {
-  alive kubelet && return 0
-  launch kubelet --config "$C/kubelet.yaml" --kubeconfig "$C/kubelet.kubeconfig" \
+  alive_name kubelet && return 0
+  launch_named kubelet --config "$C/kubelet.yaml" --kubeconfig "$C/kubelet.kubeconfig" \
     --hostname-override "$NODE" --root-dir "$C/kubelet" --cert-dir "$C/kubelet/pki"
 }
 
@@ -362,16 +322,16 @@ kubelet_healthy() { curl -sf "http://127.0.0.1:$KUBELET_HEALTHZ/healthz"; }
 # every pod's status from its new, empty cache.
 restart_kubelet() {
   local old=none
-  if alive kubelet; then old=$(cat "$C/pids/kubelet.pid"); fi
+  if alive_name kubelet; then old=$(cat "$C/pids/kubelet.pid"); fi
   stop kubelet TERM
   start_kubelet
-  wait_for "kubelet healthz" 60 kubelet kubelet_healthy
+  wait_up "kubelet healthz" 60 kubelet kubelet_healthy
   ts "kubelet restarted: pid $old -> $(cat "$C/pids/kubelet.pid")"
 }
 
 up_ok() {
   local n
-  for n in etcd kube-apiserver kube-controller-manager kube-scheduler cri-guard kubelet; do alive $n || return 1; done
+  for n in etcd kube-apiserver kube-controller-manager kube-scheduler cri-guard kubelet; do alive_name $n || return 1; done
   node_ready
 }
 
@@ -386,8 +346,7 @@ up() {
   mkdir -p "$C" && touch "$MARK"
   # Two fixed host paths the kubelet uses whatever its --root-dir: down
   # removes what it put there, and the directories if they were not there before.
-  local d
-  for d in /var/log/containers /var/lib/kubelet; do [ -d $d ] || echo $d >>"$C/made-host-dirs"; done
+  kubelet_dirs_note "$C"
   ts "configs, PKI, cri-guard"
   configs
   (cd "$SRC" && go build -tags grpcnotrace -trimpath -ldflags '-s -w' -o "$C/bin/cri-guard" ./cmd/cri-guard)
@@ -396,37 +355,37 @@ up() {
   ts "etcd"
   # A throwaway test store: no fsync (etcd's latency on a shared disk is the
   # apiserver's, and nothing here outlives `down`).
-  launch etcd --name cri-guard --data-dir "$C/etcd" --unsafe-no-fsync \
+  launch_named etcd --name cri-guard --data-dir "$C/etcd" --unsafe-no-fsync \
     --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
     --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
     --initial-cluster "cri-guard=http://$ETCD_PEER"
-  wait_for etcd 60 etcd curl -sf "http://$ETCD_CLIENT/health"
+  wait_up etcd 60 etcd curl -sf "http://$ETCD_CLIENT/health"
 
   ts "kube-apiserver"
   start_apiserver
 
   ts "kube-controller-manager, kube-scheduler"
   local P=$C/pki
-  launch kube-controller-manager --kubeconfig "$C/controller-manager.kubeconfig" \
+  launch_named kube-controller-manager --kubeconfig "$C/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$C/controller-manager.kubeconfig" --authorization-kubeconfig "$C/controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file "$P/sa.key" --root-ca-file "$P/ca.crt" --use-service-account-credentials \
     --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" --profiling=false
-  launch kube-scheduler --kubeconfig "$C/scheduler.kubeconfig" \
+  launch_named kube-scheduler --kubeconfig "$C/scheduler.kubeconfig" \
     --authentication-kubeconfig "$C/scheduler.kubeconfig" --authorization-kubeconfig "$C/scheduler.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --profiling=false
-  wait_for kube-controller-manager 60 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
-  wait_for kube-scheduler 60 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
+  wait_up kube-controller-manager 60 kube-controller-manager curl -sfk "https://127.0.0.1:$KCM_PORT/healthz"
+  wait_up kube-scheduler 60 kube-scheduler curl -sfk "https://127.0.0.1:$SCHED_PORT/healthz"
 
   ts "cri-guard"
   start_guard
 
   ts "kubelet"
   start_kubelet
-  wait_for "node $NODE Ready" 120 kubelet node_ready
+  wait_up "node $NODE Ready" 120 kubelet node_ready
   # Pods can be created once the default service account and root CA exist.
-  wait_for "default service account" 60 kube-controller-manager kc -n default get serviceaccount default
-  wait_for "kube-root-ca.crt" 60 kube-controller-manager kc -n default get configmap kube-root-ca.crt
+  wait_up "default service account" 60 kube-controller-manager kc -n default get serviceaccount default
+  wait_up "kube-root-ca.crt" 60 kube-controller-manager kc -n default get configmap kube-root-ca.crt
   ts "ready: source $C/env   (kubectl get nodes)"
 }
 
@@ -458,31 +417,16 @@ down() {
   fi
   local n
   for n in cri-guard kube-scheduler kube-controller-manager kube-apiserver etcd; do stop $n TERM; done
-  { findmnt -rn -o TARGET | grep "^$C/" || true; } | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" || true
-  done
+  umount_under "$C"
   # The kubelet links every container log into /var/log/containers and
   # listens for device plugins on /var/lib/kubelet/device-plugins/kubelet.sock.
-  if [ -d /var/log/containers ]; then
-    find /var/log/containers -maxdepth 1 -lname "$C/*" -delete 2>/dev/null || true
-  fi
-  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
-  local d
-  for d in $(cat "$C/made-host-dirs" 2>/dev/null || true); do
-    rmdir "$d/device-plugins" 2>/dev/null || true
-    rmdir "$d" 2>/dev/null || true
-  done
+  kubelet_dirs_clean "$C"
+  cg_rmdir "$CGC" "$CGC-pods"
   local c
-  for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
-    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
-  done
   for c in /sys/fs/cgroup/*/"$CGC" /sys/fs/cgroup/*/"$CGC-pods"; do
     [ -d "$c" ] && echo "cluster.sh: cgroup $c left (processes still in it?)" >&2
   done
-  if findmnt -rn -o TARGET | grep -q "^$C/"; then
-    die "mounts left under $C; not removing it"
-  fi
-  rm -rf "$C"
+  rm_unmounted "$C"
   ts "down done"
 }
 
