@@ -56,24 +56,12 @@ TOOLS=$CACHE/tools-$CRI_TOOLS/bin
 DOC=$SRC/docs/compatibility.md
 export CGO_ENABLED=0 CONTAINERD_SUPPRESS_DEPRECATION_WARNINGS=1
 
-T0=$EPOCHREALTIME
-ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[compat +%7.2fs] %s\n", a - b, m }' >&2; }
-die() { echo "compat.sh: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || die "must run as root"
+LOG_PREFIX=compat LOG_WIDTH=7
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SRC/scripts/lib.sh" # ts, die, apt_need (its defaults), alive, stop_pid, launch, wait_for, ...
+need_root
 
-apt_need() {
-  local missing=() p
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  ts "apt-get install ${missing[*]}"
-  (flock 9
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null 2>&1 || {
-      apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}" >/dev/null
-    }) 9>/tmp/cri-guard-apt.lock
-}
-
-# shellcheck source=scripts/build-runtime.sh
+# shellcheck source-path=SCRIPTDIR source=build-runtime.sh
 . "$SRC/scripts/build-runtime.sh" # RUNTIME_CACHE, RUNC_DIR, build_containerd, build_runc
 
 ctrd_dir() { echo "$RUNTIME_CACHE/containerd-$1"; }
@@ -103,7 +91,7 @@ build() {
     "$SRC/scripts/cluster.sh" build-kubelet "$k" >/dev/null
     built "kubelet $k" "$t"
   done
-  tools
+  cri_tools # as scripts/rt.sh builds them (the same cache)
   mkdir -p "$W/bin"
   (cd "$SRC" && go build -tags grpcnotrace -trimpath -ldflags '-s -w' -o "$W/bin/cri-guard" ./cmd/cri-guard)
 }
@@ -112,99 +100,6 @@ build() {
 built() {
   printf '%s\t%s\t%s\t%s\n' "$1" "$(awk -v a="$EPOCHREALTIME" -v b="$2" 'BEGIN { printf "%d", a - b }')" \
     "$(date -u +%Y-%m-%d)" "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RES/builds.tsv"
-}
-
-# tools: crictl, critest and ginkgo as scripts/rt.sh builds them (the same cache).
-tools() {
-  mkdir -p "$TOOLS"
-  if ! "$TOOLS/crictl" --version 2>/dev/null | grep -q "${CRI_TOOLS#v}"; then
-    ts "go install crictl $CRI_TOOLS"
-    GOBIN=$TOOLS go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS" \
-      "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS"
-  fi
-  if [ ! -x "$TOOLS/critest" ]; then
-    ts "build critest $CRI_TOOLS"
-    local mod
-    mod=$(cd /tmp && go mod download -json "sigs.k8s.io/cri-tools@$CRI_TOOLS" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-    (cd "$mod" && go test -c -o "$TOOLS/critest.tmp" ./cmd/critest) && mv "$TOOLS/critest.tmp" "$TOOLS/critest"
-  fi
-  if ! "$TOOLS/ginkgo" version 2>/dev/null | grep -q "${GINKGO#v}"; then
-    ts "go install ginkgo $GINKGO"
-    GOBIN=$TOOLS go install "github.com/onsi/ginkgo/v2/ginkgo@$GINKGO"
-  fi
-}
-
-# alive PIDFILE COMM: the saved process runs and is COMM.
-alive() {
-  local p
-  p=$(cat "$1" 2>/dev/null) || return 1
-  [ -n "$p" ] && [ "$(cat /proc/"$p"/comm 2>/dev/null)" = "${2:0:15}" ]
-}
-
-# stop_pid PIDFILE COMM SIGNAL: stop the saved process, by PID only.
-stop_pid() {
-  local p _
-  if alive "$1" "$2"; then
-    p=$(cat "$1")
-    kill -"$3" "$p" 2>/dev/null || true
-    for _ in $(seq 150); do [ -d /proc/"$p" ] || break; sleep 0.1; done
-    if [ -d /proc/"$p" ]; then kill -9 "$p" 2>/dev/null || true; fi
-  fi
-  rm -f "$1"
-}
-
-# cg_make PATH: the cgroup PATH in every v1 hierarchy (a new cpuset gets the root's cpus and mems).
-cg_make() {
-  local h d part
-  for h in /sys/fs/cgroup/*/; do
-    [ -f "$h/cgroup.procs" ] || continue
-    d=${h%/}
-    for part in ${1//\// }; do
-      d=$d/$part
-      [ -d "$d" ] || mkdir "$d"
-      if [ -f "$d/cpuset.cpus" ] && [ -z "$(cat "$d/cpuset.cpus")" ]; then
-        cat "${h%/}/cpuset.cpus" >"$d/cpuset.cpus" && cat "${h%/}/cpuset.mems" >"$d/cpuset.mems"
-      fi
-    done
-  done
-}
-
-# cg_clean PATH: SIGKILL (by PID) what is left in the cgroup PATH and below, then remove it.
-cg_clean() {
-  local c p
-  for c in /sys/fs/cgroup/*/"$1"; do
-    if [ -d "$c" ]; then find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null || true; fi
-  done | sort -u | while read -r p; do
-    if [ "$p" != $$ ]; then kill -9 "$p" 2>/dev/null || true; fi
-  done
-  sleep 0.2
-  for c in /sys/fs/cgroup/*/"$1"; do
-    [ -d "$c" ] && { find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true; }
-  done
-  return 0
-}
-
-# launch PIDFILE LOG CGROUP CMD...: CMD detached, in the v1 cgroups CGROUP.
-launch() {
-  local pidf=$1 log=$2 cg=$3
-  shift 3
-  cg_make "$cg"
-  # shellcheck disable=SC2016 # expanded by the inner bash: $0 is the cgroup, $$ its PID
-  setsid bash -c 'for h in /sys/fs/cgroup/*/; do
-      if [ -f "$h$0/cgroup.procs" ]; then echo $$ >"$h$0/cgroup.procs"; fi; done; exec "$@"' \
-    "$cg" "$@" >>"$log" 2>&1 </dev/null &
-  echo $! >"$pidf"
-}
-
-# wait_for SECONDS CMD...: poll CMD until it succeeds.
-wait_for() {
-  local secs=$1 _
-  shift
-  for _ in $(seq $((secs * 5))); do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  return 1
 }
 
 # shared_up: the registry with the test images and the CNI configuration's bridge.
@@ -291,19 +186,8 @@ state = "$d/state"
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$d/cni/net.d"
 TOML
-  cat >"$d/cni/net.d/10-$NET.conflist" <<JSON
-{"cniVersion": "0.4.0", "name": "$NET", "plugins": [
-  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$d/cni/ipam", "ranges": [[{"subnet": "$SUBNET"}]],
-            "routes": [{"dst": "0.0.0.0/0"}]}},
-  {"type": "portmap", "capabilities": {"portMappings": true}}]}
-JSON
-  local r
-  for r in registry.k8s.io k8s.gcr.io gcr.io docker.io localhost:5000 "$REG"; do
-    mkdir -p "$d/certs.d/$r"
-    printf 'server = "https://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
-      "$r" "$REG" >"$d/certs.d/$r/hosts.toml"
-  done
+  cni_conflist "$d" "$NET" "$BRIDGE" "$SUBNET"
+  registry_mirrors "$d" "$REG"
 }
 
 # guard_yaml D KUBELET: cri-guard CRI-only in front of D's containerd, fake stats
@@ -316,10 +200,7 @@ guard_yaml() {
   local d=$1 kc=${2#v}
   kc=${kc%.*}
   mkdir -p "$d"/{guard/state,stats/proc/pressure,stats/cgroup}
-  printf 'MemTotal:       16777216 kB\nMemFree:        12582912 kB\nMemAvailable:   12582912 kB\nBuffers:        0 kB\nCached:         0 kB\n' \
-    >"$d/stats/proc/meminfo"
-  printf 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n' \
-    >"$d/stats/proc/pressure/memory"
+  fake_stats "$d/stats"
   cat >"$d/guard/config.yaml" <<YAML
 listen: $d/guard/cri-guard.sock
 runtimeEndpoint: $d/containerd.sock
@@ -412,7 +293,7 @@ guard_logged() { grep "msg=\"$2\"" "$1/logs/cri-guard.log" | grep -q " pod=$3-$N
 
 # cell_down D: everything the cell started, by PID, and its directory.
 cell_down() {
-  local d=$1 p
+  local d=$1
   [ -e "$d" ] || return 0
   [ -f "$d/.cri-guard-compat" ] || die "$d exists but was not made by compat.sh: not touching it"
   stop_pid "$d/kubelet.pid" kubelet TERM
@@ -421,22 +302,12 @@ cell_down() {
   fi
   stop_pid "$d/cri-guard.pid" cri-guard TERM
   stop_pid "$d/containerd.pid" containerd TERM
-  for p in $(pgrep -f "containerd-shim-runc-v2 .*-address $d/containerd.sock" || true); do
-    if [ "$(cat /proc/"$p"/comm 2>/dev/null)" = containerd-shim ]; then kill -9 "$p" 2>/dev/null || true; fi
-  done
-  cg_clean "$CG/$(basename "$d")"
-  { findmnt -rn -o TARGET | grep "^$d/" || true; } | sort -r | while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" || true
-  done
-  if [ -d /var/log/containers ]; then find /var/log/containers -maxdepth 1 -lname "$d/*" -delete 2>/dev/null || true; fi
-  rm -f /var/lib/kubelet/device-plugins/kubelet.sock
-  local h
-  for h in $(cat "$d/made-host-dirs" 2>/dev/null || true); do
-    rmdir "$h/device-plugins" 2>/dev/null || true
-    rmdir "$h" 2>/dev/null || true
-  done
-  if findmnt -rn -o TARGET | grep -q "^$d/"; then die "mounts left under $d; not removing it"; fi
-  rm -rf "$d"
+  kill_shims "$d/containerd.sock"
+  cg_kill "$CG/$(basename "$d")" # what is left in the cell's cgroups, by PID; then they go
+  cg_rmdir "$CG/$(basename "$d")"
+  umount_under "$d"
+  kubelet_dirs_clean "$d"
+  rm_unmounted "$d"
 }
 
 # run_cell KUBELET CONTAINERD: one cell, its result in $RES/<cell>.env.
@@ -446,8 +317,7 @@ run_cell() {
   local critest="not run" passed failed admission=no eviction=no what=""
   cell_down "$d"
   mkdir -p "$d"/{root,state,opt,cni/net.d,logs,manifests,pod-logs,kubelet} && touch "$d/.cri-guard-compat"
-  local h
-  for h in /var/log/containers /var/lib/kubelet; do [ -d $h ] || echo $h >>"$d/made-host-dirs"; done
+  kubelet_dirs_note "$d"
   ts "$cell: containerd $c"
   containerd_toml "$d" "$c"
   launch "$d/containerd.pid" "$d/logs/containerd.log" "$CG/$cell/containerd" "$(ctrd_dir "$c")/containerd" --config "$d/containerd.toml"
