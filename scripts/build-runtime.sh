@@ -2,8 +2,8 @@
 # one containerd 2.x and runc build that the host harness and the UML guest
 # both run, from their Go modules, cached once in $RUNTIME_CACHE.
 #
-# The caller sets CACHE (~/.cache/cri-guard, CRI_GUARD_CACHE) and defines
-# ts MSG, die MSG and apt_need PKG... (install the Debian packages missing).
+# The caller sets CACHE (~/.cache/cri-guard, CRI_GUARD_CACHE) and has sourced
+# scripts/lib.sh (ts MSG, die MSG, apt_need PKG...: the Debian packages missing).
 #
 #   $CTRD_DIR   containerd, containerd-shim-runc-v2, ctr, containerd.service
 #   $RUNC_DIR   runc

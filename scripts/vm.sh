@@ -48,24 +48,14 @@ SHARE=$VM/share
 PREV_RELEASE=${CRI_GUARD_PREV_RELEASE:-4bd6c1bda646729d26bdadd7f77e67c5f4ced620}
 MARK=$VM/.cri-guard-vm
 
-T0=$EPOCHREALTIME
-ts() { awk -v a="$EPOCHREALTIME" -v b="$T0" -v m="$*" 'BEGIN { printf "[vm +%7.2fs] %s\n", a - b, m }' >&2; }
-die() { echo "vm.sh: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-# shellcheck source=build-runtime.sh
+LOG_PREFIX=vm LOG_WIDTH=7
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$SRC/scripts/lib.sh" # ts, die, apt_need
+# apt_need here: apt-get update before every install, no recommended packages.
+APT_UPDATE=first APT_INSTALL_OPTS=(--no-install-recommends)
+need_root
+# shellcheck source-path=SCRIPTDIR source=build-runtime.sh
 . "$SRC/scripts/build-runtime.sh" # CTRD, RUNC, build_containerd, build_runc
-
-apt_need() { # apt_need CMD-OR-PKG... : install the Debian packages that are missing
-  local missing=() p
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ ${#missing[@]} = 0 ] && return 0
-  ts "apt-get install ${missing[*]}"
-  # One apt at a time (the kernel and the image are built side by side).
-  (flock 9
-    apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-  ) 9>/tmp/cri-guard-apt.lock
-}
 
 kernel_key() { cat "$SRC/scripts/vm/kernel.options" | sha256sum | cut -c1-12; }
 image_key() { cat "$SRC"/scripts/vm/image/* | sha256sum | cut -c1-12; }
