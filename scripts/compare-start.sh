@@ -8,11 +8,14 @@
 #
 #   scripts/compare-start.sh /tmp/cri-guard-old bin/cri-guard
 set -euo pipefail
+LOG_PREFIX=compare-start
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh" # die
 old=$1 new=$2
 CACHE=${CRI_GUARD_CACHE:-${HOME:-/root}/.cache/cri-guard}
 ctrd=$( (ls "$CACHE"/vm/containerd-v2.*/containerd "$CACHE"/containerd-v2.*/bin/containerd 2>/dev/null || true) | head -1)
 crictl=$(ls "$CACHE"/tools-*/bin/crictl | head -1)
-[ -x "$ctrd" ] && [ -x "$crictl" ] || { echo "compare-start.sh: no cached containerd 2.x or crictl: run scripts/rt.sh up once" >&2; exit 1; }
+[ -x "$ctrd" ] && [ -x "$crictl" ] || die "no cached containerd 2.x or crictl: run scripts/rt.sh up once"
 w=$(mktemp -d /tmp/cri-guard-cmp.XXXXXX)
 pids=()
 cleanup() {

@@ -16,8 +16,11 @@
 set -euo pipefail
 bin=$1 version=$2 out=$3
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-[ -x "$bin" ] || { echo "mkdeb.sh: no binary $bin" >&2; exit 1; }
-command -v dpkg-deb >/dev/null || { echo "mkdeb.sh: dpkg-deb not found (apt-get install dpkg)" >&2; exit 1; }
+LOG_PREFIX=mkdeb
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$src/scripts/lib.sh" # die
+[ -x "$bin" ] || die "no binary $bin"
+command -v dpkg-deb >/dev/null || die "dpkg-deb not found (apt-get install dpkg)"
 arch=$(dpkg --print-architecture)
 r=$(mktemp -d)
 chmod 0755 "$r"

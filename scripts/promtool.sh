@@ -9,6 +9,9 @@
 #   scripts/promtool.sh                 print the path
 #   scripts/promtool.sh check rules F   run promtool with these arguments
 set -euo pipefail
+LOG_PREFIX=promtool
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh" # die
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/cri-guard
 dl=$cache/dl
@@ -41,7 +44,7 @@ fetch() {
 	rm -rf "$dest.tmp"
 	mkdir -p "$dest.tmp"
 	dpkg-deb -x "$deb" "$dest.tmp"
-	[[ -x $dest.tmp/usr/bin/promtool ]] || { echo "promtool.sh: $deb has no usr/bin/promtool" >&2; exit 1; }
+	[[ -x $dest.tmp/usr/bin/promtool ]] || die "$deb has no usr/bin/promtool"
 	# keep only the binary: the package also carries the server and its web assets
 	rm -rf "$dest"
 	mkdir -p "$dest/usr/bin"
