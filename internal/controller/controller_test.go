@@ -137,11 +137,40 @@ func ourTaint(n *corev1.Node) *corev1.Taint {
 }
 
 type harness struct {
-	api   *apiServer
-	c     *Controller
-	store cache.Store // the informer's cache
-	clk   *clocktesting.FakeClock
-	q     workqueue.TypedRateLimitingInterface[string]
+	api    *apiServer
+	c      *Controller
+	store  cache.Store // the informer's cache
+	clk    *clocktesting.FakeClock
+	q      workqueue.TypedRateLimitingInterface[string]
+	events *eventGate // the informer's way into q
+}
+
+// eventGate is the queue the controller's event handlers see: q itself
+// until close, nothing after. The informer hands events to its handlers on
+// a goroutine of its own, some time after its cache holds the write (a
+// test that waited for the cache cannot know whether the event was
+// queued yet): closed, the gate keeps any late event out of q, so that
+// what comes into q then is the controller's own requeue.
+type eventGate struct {
+	workqueue.TypedRateLimitingInterface[string]
+	mu     sync.Mutex
+	closed bool
+}
+
+func (g *eventGate) Add(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.TypedRateLimitingInterface.Add(name)
+	}
+}
+
+// close drops every event from now on; an Add under way has reached q
+// when it returns.
+func (g *eventGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 }
 
 // newHarness builds a controller over api with a synced informer and a
@@ -164,10 +193,11 @@ func newHarness(t *testing.T, api *apiServer, cfg Config) *harness {
 	f.WaitForCacheSync(ctx.Done())
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(c.limiter, workqueue.TypedRateLimitingQueueConfig[string]{Clock: clk})
 	t.Cleanup(q.ShutDown)
-	if err := c.begin(q); err != nil {
+	events := &eventGate{TypedRateLimitingInterface: q}
+	if err := c.begin(events); err != nil {
 		t.Fatal(err)
 	}
-	return &harness{api: api, c: c, clk: clk, q: q, store: f.Core().V1().Nodes().Informer().GetStore()}
+	return &harness{api: api, c: c, clk: clk, q: q, events: events, store: f.Core().V1().Nodes().Informer().GetStore()}
 }
 
 // waitFor waits until ok holds (the informer delivering a write); the
@@ -292,7 +322,13 @@ func TestStaleRecheck(t *testing.T) {
 		t.Fatal("not tainted on True")
 	}
 	h.cached(t, "n1")
-	// the patch's own update event requeues n1: nothing changes
+	// From here on no event reaches the queue: the informer's add of n1
+	// and the patch's update may each still be on their way (or may have
+	// been queued and taken already), and either, queued late, would look
+	// like an early recheck. What was queued before is reconciled (nothing
+	// changes), and then only the controller's own delayed requeue can
+	// fill the queue.
+	h.events.close()
 	h.drain(t)
 	if ourTaint(api.node(t, "n1")) == nil {
 		t.Fatal("untainted while fresh")
