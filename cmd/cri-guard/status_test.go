@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/admin"
 	"github.com/cri-guard/cri-guard/internal/config"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // testDaemon is an in-process cri-guard in front of the fake runtime.
@@ -174,18 +174,8 @@ func TestStatusNotRunning(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestRunServesMetrics(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	d := startDaemon(t, func(o *options) { o.Config.MetricsAddress = addr })
 	d.runPod(t, "web")
 	resp, err := http.Get("http://" + addr + "/metrics")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestEvictionAfterFailedStop: the victim's stop fails because containerd
@@ -19,7 +20,7 @@ func TestEvictionAfterFailedStop(t *testing.T) {
 	env := needRuntime(t)
 	removePodsAtCleanup(t, env)
 	stats := newFakeStats(t)
-	metricsAddr := freeLocalAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s

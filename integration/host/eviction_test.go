@@ -4,7 +4,6 @@ package host
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/integration/harness"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestEvictionOrder: pods of each QoS class and a critical static pod run
@@ -27,7 +27,7 @@ func TestEvictionOrder(t *testing.T) {
 	removePodsAtCleanup(t, env)
 	stats := newFakeStats(t)
 	stats.withV1Memory(t)
-	metricsAddr := freeLocalAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
@@ -175,17 +175,6 @@ adminSocket: `+adminSocket+`
 			t.Fatalf("evicted pod still refused 20s after the pressure ended: %v", err)
 		}
 	}
-}
-
-// freeLocalAddr returns a loopback address with a port free right now.
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // scrape GETs a metrics page.

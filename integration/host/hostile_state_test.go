@@ -26,6 +26,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/admin"
 	"github.com/cri-guard/cri-guard/internal/checkpoint"
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // The hostile-host tests that need the
@@ -52,7 +53,7 @@ func TestHostileFullDiskKeepsGuard(t *testing.T) {
 		t.Skipf("containerd runs %d ready sandboxes of other tests: under pressure cri-guard would adopt and evict them; run this test alone", n)
 	}
 	stats := newFakeStats(t)
-	metricsAddr := freeLocalAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 evictionHard: {memory.available: 1Gi}
@@ -138,7 +139,7 @@ func TestHostileFullDiskAdmits(t *testing.T) {
 	removePodsAtCleanup(t, env)
 	run := "fulladmit" + harness.NewUID(t)[:8]
 	removeRunAtCleanup(t, env, run)
-	metricsAddr := freeLocalAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s
 psiTrigger: ""
@@ -398,7 +399,7 @@ func TestHostileHugeSandboxConfigs(t *testing.T) {
 		t.Fatalf("setup: containerd's sandbox list with the huge sandboxes: %v, want ResourceExhausted (larger than a CRI message)", err)
 	}
 
-	metricsAddr := freeLocalAddr(t)
+	metricsAddr := testutil.FreeAddr(t)
 	adminSocket := filepath.Join(harness.ShortTempDir(t), "admin.sock")
 	cfg := writeConfig(t, `
 housekeepingInterval: 1s

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // The hostile-host tests against the real
@@ -57,7 +58,7 @@ type hostileGuard struct {
 // namespaces of the sandboxes already on containerd.
 func startHostileGuard(t *testing.T, env harness.Runtime, stats *fakeStats, yaml string) *hostileGuard {
 	t.Helper()
-	h := &hostileGuard{env: env, admin: filepath.Join(harness.ShortTempDir(t), "admin.sock"), metrics: freeLocalAddr(t)}
+	h := &hostileGuard{env: env, admin: filepath.Join(harness.ShortTempDir(t), "admin.sock"), metrics: testutil.FreeAddr(t)}
 	var quoted []string
 	for _, ns := range foreignNamespaces(t, env) {
 		quoted = append(quoted, strconv.Quote(ns))

@@ -36,6 +36,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 type proc struct{ pid int }
@@ -118,15 +119,6 @@ func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() st
 	}
 }
 
-func freePort(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestHostileMeasure(t *testing.T) {
 	bin, _ := filepath.Abs("../../bin/cri-guard")
 	if b := os.Getenv("CRI_GUARD_BIN"); b != "" { // e.g. an older build to compare
@@ -154,7 +146,7 @@ func TestHostileMeasure(t *testing.T) {
 	}
 	must(os.WriteFile(filepath.Join(procRoot, "meminfo"), []byte("MemTotal: 16777216 kB\nMemFree: 12582912 kB\nMemAvailable: 12582912 kB\nBuffers: 0 kB\nCached: 0 kB\n"), 0o644))
 	must(os.WriteFile(filepath.Join(procRoot, "pressure", "memory"), []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), 0o644))
-	metricsAddr := freePort(t)
+	metricsAddr := testutil.FreeAddr(t)
 	cfg := filepath.Join(dir, "config.yaml")
 	must(os.WriteFile(cfg, []byte(fmt.Sprintf("psiTrigger: \"\"\nmetricsAddress: %s\nadminSocket: %s\n", metricsAddr, filepath.Join(dir, "admin.sock"))), 0o644))
 	sock := filepath.Join(dir, "cri-guard.sock")

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 var nodesGVR = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
@@ -200,22 +202,11 @@ func newHarness(t *testing.T, api *apiServer, cfg Config) *harness {
 	return &harness{api: api, c: c, clk: clk, q: q, events: events, store: f.Core().V1().Nodes().Informer().GetStore()}
 }
 
-// waitFor waits until ok holds (the informer delivering a write); the
-// bound is only there to end a broken test.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // cached waits until the informer holds name at the API's resourceVersion.
 func (h *harness) cached(t *testing.T, name string) {
 	t.Helper()
 	want := h.api.node(t, name).ResourceVersion
-	waitFor(t, "the informer to catch up with "+name, func() bool {
+	testutil.WaitFor(t, "the informer to catch up with "+name, func() bool {
 		n, err := h.c.nodes.Get(name)
 		return err == nil && n.ResourceVersion == want
 	})
@@ -270,7 +261,7 @@ func TestConditionToTaint(t *testing.T) {
 			if tt := ourTaint(got); tt == nil || tt.Effect != corev1.TaintEffectNoSchedule {
 				t.Fatalf("after True: taints %+v, want %s:NoSchedule", got.Spec.Taints, TaintKey)
 			}
-			if v := testutil.ToFloat64(h.c.metrics.applied); v != 1 {
+			if v := promtest.ToFloat64(h.c.metrics.applied); v != 1 {
 				t.Errorf("taints_applied_total = %v, want 1", v)
 			}
 			h.cached(t, "n1")
@@ -300,7 +291,7 @@ func TestConditionToTaint(t *testing.T) {
 				t.Errorf("labels changed: %v", got.Labels)
 			}
 			if tt.removedL != "" {
-				if v := testutil.ToFloat64(h.c.metrics.removed.WithLabelValues(tt.removedL)); v != 1 {
+				if v := promtest.ToFloat64(h.c.metrics.removed.WithLabelValues(tt.removedL)); v != 1 {
 					t.Errorf("taints_removed_total{condition=%q} = %v, want 1", tt.removedL, v)
 				}
 			}
@@ -334,7 +325,7 @@ func TestStaleRecheck(t *testing.T) {
 		t.Fatal("untainted while fresh")
 	}
 	// nothing is queued now; the recheck is waiting for the clock
-	waitFor(t, "the recheck to fire", func() bool {
+	testutil.WaitFor(t, "the recheck to fire", func() bool {
 		h.clk.Step(time.Minute)
 		return h.q.Len() > 0
 	})
@@ -345,7 +336,7 @@ func TestStaleRecheck(t *testing.T) {
 	if tt := ourTaint(api.node(t, "n1")); tt != nil {
 		t.Errorf("still tainted with a stale condition: %+v", tt)
 	}
-	if v := testutil.ToFloat64(h.c.metrics.removed.WithLabelValues("stale")); v != 1 {
+	if v := promtest.ToFloat64(h.c.metrics.removed.WithLabelValues("stale")); v != 1 {
 		t.Errorf("taints_removed_total{condition=stale} = %v, want 1", v)
 	}
 }
@@ -387,7 +378,7 @@ func TestRetries(t *testing.T) {
 			if got := h.q.NumRequeues("n1"); got != 0 {
 				t.Errorf("requeues after success = %d, want 0 (forgotten)", got)
 			}
-			if v := testutil.ToFloat64(h.c.metrics.patchErrors.WithLabelValues(tt.reason)); int(v) != len(tt.errs) {
+			if v := promtest.ToFloat64(h.c.metrics.patchErrors.WithLabelValues(tt.reason)); int(v) != len(tt.errs) {
 				t.Errorf("patch_errors_total{reason=%q} = %v, want %d", tt.reason, v, len(tt.errs))
 			}
 		})
@@ -422,7 +413,7 @@ func TestStaleCacheRetried(t *testing.T) {
 	if got := api.node(t, "n1").Spec.Taints; len(got) != 1 || got[0].Key != "other" {
 		t.Fatalf("a patch from the old version went through: %+v", got)
 	}
-	if v := testutil.ToFloat64(h.c.metrics.patchErrors.WithLabelValues("invalid")); v != 1 {
+	if v := promtest.ToFloat64(h.c.metrics.patchErrors.WithLabelValues("invalid")); v != 1 {
 		t.Errorf("patch_errors_total{reason=invalid} = %v, want 1", v)
 	}
 	if h.q.NumRequeues("n1") != 1 {

@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/leaderelection"
+
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 func pressuredNodes(n int, now time.Time) []*corev1.Node {
@@ -48,8 +50,8 @@ func TestRunReconcilesAllWithoutGets(t *testing.T) {
 	c := startController(t, ctx, api)
 	done := make(chan error, 1)
 	go func() { done <- c.run(ctx) }()
-	waitFor(t, "10 taints", func() bool { return api.patches.Load() >= 10 })
-	waitFor(t, "the workers to idle", func() bool { return c.depth() == 0 })
+	testutil.WaitFor(t, "10 taints", func() bool { return api.patches.Load() >= 10 })
+	testutil.WaitFor(t, "the workers to idle", func() bool { return c.depth() == 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -85,16 +87,16 @@ func TestLeaderOnly(t *testing.T) {
 	a := startController(t, ctxA, api)
 	doneA := make(chan error, 1)
 	go func() { doneA <- a.RunElected(ctxA, api.cs, lc("a"), leaderelection.NewLeaderHealthzAdaptor(0)) }()
-	waitFor(t, "a to lead", func() bool { return testutil.ToFloat64(a.metrics.leader) == 1 })
+	testutil.WaitFor(t, "a to lead", func() bool { return promtest.ToFloat64(a.metrics.leader) == 1 })
 
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	b := startController(t, ctxB, api)
 	doneB := make(chan error, 1)
 	go func() { doneB <- b.RunElected(ctxB, api.cs, lc("b"), nil) }()
-	waitFor(t, "b's cache", b.Ready)
-	waitFor(t, "a's taint", func() bool { return ourTaint(api.node(t, "n0")) != nil })
-	if v := testutil.ToFloat64(b.metrics.leader); v != 0 {
+	testutil.WaitFor(t, "b's cache", b.Ready)
+	testutil.WaitFor(t, "a's taint", func() bool { return ourTaint(api.node(t, "n0")) != nil })
+	if v := promtest.ToFloat64(b.metrics.leader); v != 0 {
 		t.Fatalf("b leads too")
 	}
 
@@ -103,13 +105,13 @@ func TestLeaderOnly(t *testing.T) {
 	if err := <-doneA; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to lead", func() bool { return testutil.ToFloat64(b.metrics.leader) == 1 })
+	testutil.WaitFor(t, "b to lead", func() bool { return promtest.ToFloat64(b.metrics.leader) == 1 })
 	api.setCondition(t, "n1", cond(corev1.ConditionTrue, time.Now(), time.Now()))
-	waitFor(t, "b's taint", func() bool { return ourTaint(api.node(t, "n1")) != nil })
-	if v := testutil.ToFloat64(a.metrics.applied); v != 1 {
+	testutil.WaitFor(t, "b's taint", func() bool { return ourTaint(api.node(t, "n1")) != nil })
+	if v := promtest.ToFloat64(a.metrics.applied); v != 1 {
 		t.Errorf("a applied %v taints, want 1", v)
 	}
-	if v := testutil.ToFloat64(b.metrics.applied); v != 1 {
+	if v := promtest.ToFloat64(b.metrics.applied); v != 1 {
 		t.Errorf("b applied %v taints, want 1 (n0 was a's)", v)
 	}
 	cancelB()

@@ -20,6 +20,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/pressure"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // nodeSampler is a sampler whose node memory.available the test sets;
@@ -140,7 +141,7 @@ func (h *realHarness) kinds() (out []evictor.Kind) {
 // settled waits until no eviction is under way (the loop owns the flag).
 func (h *realHarness) settled(t testing.TB) {
 	t.Helper()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "no eviction under way", func() bool {
 		var busy bool
 		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return !busy
@@ -269,7 +270,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the stop is under way (hanging); the kubelet removes the sandbox
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the eviction to be under way", func() bool {
 		var busy bool
 		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
 		return busy
@@ -427,7 +428,7 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { ids, k := inflight(); return len(ids) == 1 && k == 1 })
+	testutil.WaitFor(t, "one eviction under way, its pod killed", func() bool { ids, k := inflight(); return len(ids) == 1 && k == 1 })
 	first, _ := inflight()
 
 	h.sampler.set(3 << 30) // the victim's memory is back: nothing more to do

@@ -18,6 +18,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/evictor"
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeRuntime is an in-memory runtime: sandboxes and their containers.
@@ -447,7 +448,7 @@ func testLog() *logrus.Entry {
 // applied on the running loop.
 func resynced(t *testing.T, l *Loop) {
 	t.Helper()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the listing to be applied", func() bool {
 		var busy bool
 		if err := l.do(context.Background(), func() { busy = l.listing }); err != nil {
 			t.Fatalf("ask the loop (is it running?): %v", err)

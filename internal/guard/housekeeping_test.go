@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/internal/evictor"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestQuickPassEvictsAgainOnMemory: a memory signal still met after the
@@ -93,7 +94,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	kills := func() int { return strings.Count(strings.Join(rt.Calls(), ",")+",", "StopContainer c-s1 0,") }
 	h.sampler.set(800 << 20) // under the 1Gi threshold, above half of it
 	housekeep(passTick)
-	waitFor(t, func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
+	testutil.WaitFor(t, "StopContainer c-s1", func() bool { return strings.Contains(strings.Join(rt.Calls(), ","), "StopContainer c-s1") })
 	housekeep(passFastPoll)
 	time.Sleep(20 * time.Millisecond)
 	if n := kills(); n != 0 {
@@ -101,7 +102,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	}
 	h.sampler.set(300 << 20)
 	housekeep(passFastPoll)
-	waitFor(t, func() bool { return kills() == 1 })
+	testutil.WaitFor(t, "one kill", func() bool { return kills() == 1 })
 	housekeep(passFastPoll)
 	close(rt.ctrHang) // the kill ended the container
 	h.settled(t)
@@ -204,7 +205,7 @@ func TestPassSamplesOnce(t *testing.T) {
 			h.rt.mu.Unlock()
 			h.sampler.set(512 << 20)
 			h.pass(t, passManual)
-			waitFor(t, func() bool { ids, killed, _ := h.underWay(); return len(ids) == 1 && killed == 1 })
+			testutil.WaitFor(t, "one eviction under way, its pod killed", func() bool { ids, killed, _ := h.underWay(); return len(ids) == 1 && killed == 1 })
 			return passManual
 		}, []evictor.Kind{evictor.KindEvict, evictor.KindEvict}},
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/internal/evictor"
 	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 const mib = 1 << 20
@@ -118,7 +119,7 @@ func TestNearNotifierReplacesWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLoop(t, l)
-	waitFor(t, func() bool { return plain.observes.Load() >= 20 })
+	testutil.WaitFor(t, "20 watch samples", func() bool { return plain.observes.Load() >= 20 })
 
 	f := &notifierFactory{near: true}
 	ev := &evalEvictor{ts: thresholds(t, "200Mi")}
@@ -129,14 +130,14 @@ func TestNearNotifierReplacesWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLoop(t, l)
-	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	time.Sleep(100 * time.Millisecond)
 	if n := ev.observes.Load(); n != 0 {
 		t.Fatalf("the kernel watches the near level, yet the fast poll took %d watch samples", n)
 	}
 	ev.avail.Store(250 * mib) // within the 100Mi margin of 200Mi
 	f.last().fire <- struct{}{}
-	waitFor(t, func() bool { return ev.wokenBy(evictor.Wakeup{Source: "fast-poll", ArmedBy: "notification"}) })
+	testutil.WaitFor(t, "a fast-poll pass armed by the notification", func() bool { return ev.wokenBy(evictor.Wakeup{Source: "fast-poll", ArmedBy: "notification"}) })
 	if !ev.wokenBy(evictor.Wakeup{Source: "notification"}) {
 		t.Error("no pass woken by the notification")
 	}
@@ -176,7 +177,7 @@ func TestMemoryEventsWakeup(t *testing.T) {
 	}
 	runLoop(t, l)
 	w.fire <- struct{}{}
-	waitFor(t, func() bool { return ev.wokenBy(evictor.Wakeup{Source: "memory-events"}) })
+	testutil.WaitFor(t, "a pass woken by memory-events", func() bool { return ev.wokenBy(evictor.Wakeup{Source: "memory-events"}) })
 	if n := l.Wakeups()["memory-events"]; n != 1 {
 		t.Errorf("memory-events wake-ups = %d, want 1", n)
 	}
@@ -207,7 +208,7 @@ func TestTriggerWidenedWithoutCapability(t *testing.T) {
 		}
 		return ""
 	}
-	waitFor(t, func() bool { return armed() != "" })
+	testutil.WaitFor(t, "the psi trigger to be armed", func() bool { return armed() != "" })
 	time.Sleep(100 * time.Millisecond) // a refusal comes at once
 	var said []string
 	for _, e := range hook.AllEntries() {
@@ -236,7 +237,7 @@ func TestWatchdogBetweenPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLoop(t, l)
-	waitFor(t, func() bool { return pings.Load() >= 3 })
+	testutil.WaitFor(t, "3 watchdog pings", func() bool { return pings.Load() >= 3 })
 	if n := l.Wakeups()["tick"]; n != 0 {
 		t.Errorf("%d housekeeping ticks in an hour's interval", n)
 	}
@@ -274,14 +275,14 @@ func TestTriggerFollowsFileAtRecheck(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, func() bool { return len(armedOn()) == 1 })
+	testutil.WaitFor(t, "the trigger armed on one file", func() bool { return len(armedOn()) == 1 })
 	file.Store(io)
 	time.Sleep(200 * time.Millisecond)
 	if got := armedOn(); len(got) != 1 {
 		t.Fatalf("re-armed without a recheck: %v", got)
 	}
 	recheck <- struct{}{}
-	waitFor(t, func() bool { return len(armedOn()) == 2 })
+	testutil.WaitFor(t, "the trigger armed on the second file", func() bool { return len(armedOn()) == 2 })
 	if got := armedOn()[1]; !strings.HasPrefix(got, io+":") {
 		t.Errorf("armed %q after the recheck, want on %s", got, io)
 	}

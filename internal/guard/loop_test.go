@@ -14,6 +14,7 @@ import (
 
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 type harness struct {
@@ -302,7 +303,7 @@ func TestUnsettledGrace(t *testing.T) {
 		})
 		done <- err
 	}()
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "the retry of u1/0 in flight", func() bool {
 		var n int
 		_ = h.loop.do(context.Background(), func() { n = h.loop.calls["u1/0"] })
 		return n == 1
@@ -337,14 +338,14 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 	if err := h.loop.syncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s1") })
+	testutil.WaitFor(t, "StopPodSandbox s1", func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s1") })
 	calls := h.rt.Calls()
 	// the 1 s grace is raised to the kubelet's 2 s minimum for containers
 	if i, j := slices.Index(calls, "StopContainer c-s1 2"), slices.Index(calls, "StopPodSandbox s1"); i < 0 || i > j {
 		t.Fatalf("want StopContainer with the grace period before StopPodSandbox: %v", calls)
 	}
 	// the next pass may stop the second pod only after the first is done
-	waitFor(t, func() bool {
+	testutil.WaitFor(t, "a pass to stop s2", func() bool {
 		_ = h.loop.syncOnce(ctx)
 		return slices.Contains(h.rt.Calls(), "StopPodSandbox s2")
 	})
@@ -377,17 +378,6 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 	flushed(t, h.loop)
 	if _, ok := h.store.get("p1/0"); ok {
 		t.Fatal("record of a vanished sandbox kept")
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -429,7 +419,7 @@ func TestTriggerFollowUps(t *testing.T) {
 	}
 	h.loop.Trigger()
 	// the trigger's own pass, then follow-ups every 100ms
-	waitFor(t, func() bool { return syncs() >= 3 })
+	testutil.WaitFor(t, "3 listings", func() bool { return syncs() >= 3 })
 }
 
 // TestFollowUpResync: follow-up passes after a trigger evaluate every time
@@ -507,21 +497,16 @@ func TestBusyLoopStillSettles(t *testing.T) {
 		t.Fatalf("RunPodSandbox failed after the runtime succeeded: %v", err)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var st pod.State
-		var id string
+	var st pod.State
+	var id string
+	if !testutil.Within(testutil.Bound, func() bool {
 		_ = h.loop.do(context.Background(), func() {
 			if q, ok := h.loop.pods[p.Key()]; ok {
 				st, id = q.State, q.SandboxID
 			}
 		})
-		if st == pod.StateReady && id == "sb1" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod after a busy loop: state %q sandbox %q, want ready sb1", st, id)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return st == pod.StateReady && id == "sb1"
+	}) {
+		t.Fatalf("pod after a busy loop: state %q sandbox %q, want ready sb1", st, id)
 	}
 }

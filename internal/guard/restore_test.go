@@ -12,6 +12,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/checkpoint"
 	"github.com/cri-guard/cri-guard/internal/evictor"
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestRestoredRefusedEvicted: a restored BestEffort pod that admission
@@ -33,7 +34,7 @@ func TestRestoredRefusedEvicted(t *testing.T) {
 	api := &fakeAPI{pods: map[string]pod.API{"be": {}}}
 	h := newRealHarnessWith(t, store, rt, time.Second, api, 512<<20) // under the 1Gi hard threshold
 
-	waitFor(t, func() bool { return slices.Equal(h.kinds(), []evictor.Kind{evictor.KindEvict}) })
+	testutil.WaitFor(t, "the restored pod evicted", func() bool { return slices.Equal(h.kinds(), []evictor.Kind{evictor.KindEvict}) })
 	h.settled(t)
 	calls := rt.Calls()
 	if i, j := slices.Index(calls, "StopContainer c-s-be 45"), slices.Index(calls, "StopPodSandbox s-be"); i < 0 || i > j {
@@ -134,7 +135,7 @@ func TestRestoreUnderPressure(t *testing.T) {
 			// the loop evicts it as every other eviction, before any pass
 			// of the evictor's own
 			h.start(t)
-			waitFor(t, func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s-be") })
+			testutil.WaitFor(t, "StopPodSandbox s-be", func() bool { return slices.Contains(h.rt.Calls(), "StopPodSandbox s-be") })
 			flushed(t, h.loop)
 			if slices.Contains(h.rt.Calls(), "StopPodSandbox s-crit") || !slices.Equal(h.ev.evicted, []string{"be"}) || h.ev.syncs != 0 {
 				t.Fatalf("calls = %v, evicted %v after %d passes; want be evicted through the restore queue", h.rt.Calls(), h.ev.evicted, h.ev.syncs)

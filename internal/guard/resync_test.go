@@ -13,6 +13,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/evictor"
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeStream is an event stream the test feeds (send); every Recv after
@@ -254,7 +255,7 @@ func TestStaleListing(t *testing.T) {
 				close(h.rt.stopHang)
 				h.rt.stopHang = nil
 				h.rt.mu.Unlock()
-				waitFor(t, func() bool {
+				testutil.WaitFor(t, "p1 evicted", func() bool {
 					var evicted []string
 					_ = h.loop.do(context.Background(), func() { evicted = slices.Clone(h.ev.evicted) })
 					return slices.Equal(evicted, []string{"p1"})

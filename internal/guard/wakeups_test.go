@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeNotifier is one armed notification: it runs until its context ends
@@ -116,7 +117,7 @@ func TestReloadRearmsNotifiers(t *testing.T) {
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
 
-	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	first := f.last()
 	if first.level != old[0].String() {
 		t.Fatalf("armed %q at start-up, want %q", first.level, old[0].String())
@@ -211,9 +212,9 @@ func TestTickRelevelsNotifiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLoop(t, l)
-	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	n := f.last()
-	waitFor(t, func() bool { return len(n.relevelled()) >= 3 })
+	testutil.WaitFor(t, "3 relevels", func() bool { return len(n.relevelled()) >= 3 })
 	for i, s := range n.relevelled() {
 		if s != sample {
 			t.Fatalf("relevel %d handed %+v, want the evictor's sample %+v", i, s, sample)
@@ -234,7 +235,7 @@ func TestNotificationPassDoesNotRelevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	runLoop(t, l)
-	waitFor(t, func() bool { return len(f.levels()) == 1 })
+	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	n := f.last()
 	passes.Add(1)
 	n.fire <- struct{}{}

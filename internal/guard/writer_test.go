@@ -12,6 +12,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/evictor"
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestWriterSupersedes: while a record's write is under way, a later write
@@ -135,7 +136,7 @@ func TestSlowStoreDoesNotHoldTheLoop(t *testing.T) {
 		})
 		ran <- err
 	}()
-	waitFor(t, func() bool { // admitted: its pending record is queued
+	testutil.WaitFor(t, "crit admitted", func() bool { // admitted: its pending record is queued
 		for _, p := range h.loop.Pods() {
 			if p.UID == "crit" {
 				return true

@@ -26,6 +26,7 @@ import (
 	restclientwatch "k8s.io/client-go/rest/watch"
 
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeAPI is an in-process API server for the REST path the client takes
@@ -144,7 +145,7 @@ func (f *fakeAPI) start(cfg Config, prep ...func(*Client)) *Client {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	f.t.Cleanup(func() { cancel(); <-done })
-	waitFor(f.t, "cache synced", func() bool { return c.State().Synced })
+	testutil.WaitFor(f.t, "cache synced", func() bool { return c.State().Synced })
 	return c
 }
 
@@ -513,7 +514,7 @@ func TestWatchOutlivesRequestTimeout(t *testing.T) {
 	f.hangPatches = true
 	c := f.start(Config{Timeout: 100 * time.Millisecond})
 	for _, res := range []string{"pods", "nodes"} {
-		waitFor(t, res+" watched", func() bool { return len(f.watches(res)) > 0 })
+		testutil.WaitFor(t, res+" watched", func() bool { return len(f.watches(res)) > 0 })
 		q := f.watches(res)[0].query
 		s, err := strconv.Atoi(q.Get("timeoutSeconds"))
 		if err != nil || s < 300 || s > 600 || q.Get("allowWatchBookmarks") != "true" {
@@ -525,7 +526,7 @@ func TestWatchOutlivesRequestTimeout(t *testing.T) {
 		t.Fatalf("node watch field selector %q, want this node alone", sel)
 	}
 	c.SetNodePressure(NodePressure{MemoryPressure: true})
-	waitFor(t, "the hanging PATCH cut by its deadline", func() bool {
+	testutil.WaitFor(t, "the hanging PATCH cut by its deadline", func() bool {
 		return strings.Contains(c.State().LastError, "context deadline exceeded")
 	})
 	// the watches began before that PATCH: a client-wide timeout would
@@ -547,7 +548,7 @@ func TestQuietWatchResumesFromBookmark(t *testing.T) {
 	f.bookmarkAfter = 500 * time.Millisecond
 	f.start(Config{Timeout: 50 * time.Millisecond})
 	f.compact(1000, 900) // the rest of the cluster moved on
-	waitFor(t, "a pod watch from the bookmark", func() bool {
+	testutil.WaitFor(t, "a pod watch from the bookmark", func() bool {
 		for _, w := range f.watches("pods") {
 			if !w.initial() && w.query.Get("resourceVersion") == "1000" {
 				return true
@@ -572,7 +573,7 @@ func TestExpiredWatchRelistsOnce(t *testing.T) {
 	// version it would resume from is compacted away meanwhile
 	f.compact(2000, 1500)
 	close(f.watches("pods")[0].stop)
-	waitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
+	testutil.WaitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
 	gone := 0
 	for _, w := range f.watches("pods") {
 		if !w.initial() && w.query.Get("resourceVersion") == "100" {
@@ -597,7 +598,7 @@ func TestRelistWaits(t *testing.T) {
 	f := newFakeAPI(t, apiPod("web", "u1"))
 	entered, release, wait := heldWait()
 	f.start(Config{relistWait: wait})
-	waitFor(t, "listed", func() bool { return f.relists("pods") == 1 && f.relists("nodes") == 1 })
+	testutil.WaitFor(t, "listed", func() bool { return f.relists("pods") == 1 && f.relists("nodes") == 1 })
 	if n := len(entered); n != 0 {
 		t.Fatalf("the first lists waited %d times in the relist gate", n)
 	}
@@ -612,7 +613,7 @@ func TestRelistWaits(t *testing.T) {
 		t.Fatalf("%d pod lists reached the server while the relist waits, want the first alone", n)
 	}
 	close(release)
-	waitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
+	testutil.WaitFor(t, "relisted", func() bool { return f.relists("pods") == 2 })
 }
 
 // heldWait is a gate's wait that tells of each entry (entered) and
@@ -655,7 +656,7 @@ func TestProtobuf(t *testing.T) {
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
 	// the event is written after the status, by the broadcaster's own
 	// goroutine
-	waitFor(t, "reported", func() bool {
+	testutil.WaitFor(t, "reported", func() bool {
 		f.mu.Lock()
 		events := len(f.events)
 		f.mu.Unlock()
@@ -701,13 +702,13 @@ func TestNoPeriodicNodeGet(t *testing.T) {
 		return c.State().LastOK.Equal(at)
 	}
 	c.SetNodePressure(NodePressure{})
-	waitFor(t, "the condition written", func() bool { return nodePatches() == 1 && c.State().Pending == 0 && recorded() })
+	testutil.WaitFor(t, "the condition written", func() bool { return nodePatches() == 1 && c.State().Pending == 0 && recorded() })
 	for i := range 5 {
 		mu.Lock()
 		now = now.Add(defaultHeartbeat * 6 / 5)
 		mu.Unlock()
 		c.poke()
-		waitFor(t, fmt.Sprintf("heartbeat %d", i+1), func() bool { return nodePatches() == i+2 && recorded() })
+		testutil.WaitFor(t, fmt.Sprintf("heartbeat %d", i+1), func() bool { return nodePatches() == i+2 && recorded() })
 	}
 	if gets := f.requests(func(r apiRequest) bool { return r.method == http.MethodGet && r.path == "/api/v1/nodes/node-1" }); len(gets) != 0 {
 		t.Fatalf("%d GETs of the Node, want none", len(gets))
@@ -752,7 +753,7 @@ func TestKubeletWriterBounded(t *testing.T) {
 				logs = logTo(c)
 			})
 			c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
-			waitFor(t, "reported", func() bool { return f.podPatches("web") == 1 && c.State().Pending == 0 })
+			testutil.WaitFor(t, "reported", func() bool { return f.podPatches("web") == 1 && c.State().Pending == 0 })
 			for i := range 20 {
 				mu.Lock()
 				now = now.Add(tt.every)
@@ -760,17 +761,17 @@ func TestKubeletWriterBounded(t *testing.T) {
 				n := f.podPatches("web")
 				f.kubeletWrites("web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
 				if n < tt.want {
-					waitFor(t, fmt.Sprintf("write %d answered", i+1), func() bool { return f.podPatches("web") == n+1 && c.State().Pending == 0 })
+					testutil.WaitFor(t, fmt.Sprintf("write %d answered", i+1), func() bool { return f.podPatches("web") == n+1 && c.State().Pending == 0 })
 				}
 			}
-			waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
+			testutil.WaitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
 			// the watch's changes are handled in order: once the other
 			// pod's replacement is written again, every change of web's
 			// was seen
 			c.Evicted(&pod.Pod{UID: "u2", Name: "other", Namespace: "default"}, evictMsg)
-			waitFor(t, "the other pod reported", func() bool { return f.podPatches("other") == 1 && c.State().Pending == 0 })
+			testutil.WaitFor(t, "the other pod reported", func() bool { return f.podPatches("other") == 1 && c.State().Pending == 0 })
 			f.kubeletWrites("other", func(st *corev1.PodStatus) { st.Message = "" })
-			waitFor(t, "the other pod written again", func() bool { return f.podPatches("other") == 2 && c.State().Pending == 0 })
+			testutil.WaitFor(t, "the other pod written again", func() bool { return f.podPatches("other") == 2 && c.State().Pending == 0 })
 			if n := f.podPatches("web"); n != tt.want {
 				t.Fatalf("%d status patches of the pod, want %d", n, tt.want)
 			}
@@ -797,7 +798,7 @@ func TestStatusBeforeEvent(t *testing.T) {
 			isEvent := func(r apiRequest) bool {
 				return strings.HasSuffix(r.path, "/events") || strings.Contains(r.path, "/events/")
 			}
-			waitFor(t, "the status written and the event tried", func() bool {
+			testutil.WaitFor(t, "the status written and the event tried", func() bool {
 				return f.pod("web").Status.Phase == corev1.PodFailed && len(f.requests(isEvent)) > 0 && c.State().Pending == 0
 			})
 			var order []string
@@ -832,7 +833,7 @@ func TestEventBurstCorrelated(t *testing.T) {
 	events := func(method string) int {
 		return len(f.requests(func(r apiRequest) bool { return r.method == method && strings.Contains(r.path, "/events") }))
 	}
-	waitFor(t, "the other pod's event", func() bool {
+	testutil.WaitFor(t, "the other pod's event", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, e := range f.events {
@@ -866,14 +867,14 @@ func TestNodeScopedRequests(t *testing.T) {
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
 	c.Rejected(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, "Evicted", "The node had condition: [MemoryPressure]. ")
 	c.Evicted(&pod.Pod{UID: "u2", Name: "db", Namespace: "default"}, evictMsg)
-	waitFor(t, "every write made", func() bool {
+	testutil.WaitFor(t, "every write made", func() bool {
 		f.mu.Lock()
 		events := len(f.events)
 		f.mu.Unlock()
 		return events == 2 && c.State().Pending == 0
 	})
 	c.SetNodePressure(NodePressure{})
-	waitFor(t, "the calm written", func() bool { return c.State().Pending == 0 })
+	testutil.WaitFor(t, "the calm written", func() bool { return c.State().Pending == 0 })
 	allowed := func(r apiRequest) bool {
 		switch {
 		case r.method == http.MethodGet && r.path == "/api/v1/pods":
@@ -907,7 +908,7 @@ func TestEarlyWatchEndWaits(t *testing.T) {
 	f := newFakeAPI(t, apiPod("web", "u1"))
 	entered, release, wait := heldWait()
 	f.start(Config{relistWait: wait})
-	waitFor(t, "watching", func() bool { return len(f.watches("pods")) == 1 && len(f.watches("nodes")) == 1 })
+	testutil.WaitFor(t, "watching", func() bool { return len(f.watches("pods")) == 1 && len(f.watches("nodes")) == 1 })
 	if n := len(entered); n != 0 {
 		t.Fatalf("the first lists and watches waited %d times in the gate", n)
 	}
@@ -921,7 +922,7 @@ func TestEarlyWatchEndWaits(t *testing.T) {
 		t.Fatalf("%d pod watches reached the server while the reopen waits, want the first alone", n)
 	}
 	close(release)
-	waitFor(t, "watch reopened", func() bool { return len(f.watches("pods")) == 2 })
+	testutil.WaitFor(t, "watch reopened", func() bool { return len(f.watches("pods")) == 2 })
 	if n := f.relists("pods"); n != 1 {
 		t.Fatalf("%d pod lists, want the first alone: the reopened watch resumes", n)
 	}

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestHeartbeatPeriod: unchanged, the condition is written once per
@@ -35,7 +37,7 @@ func TestHeartbeatPeriod(t *testing.T) {
 	patches := func() int { return f.count("patch", "nodes", "status") }
 
 	c.SetNodePressure(NodePressure{})
-	waitFor(t, "written", func() bool { return patches() == 1 && c.State().Pending == 0 })
+	testutil.WaitFor(t, "written", func() bool { return patches() == 1 && c.State().Pending == 0 })
 	// the most jitter: due at 1.1998 periods
 	step(period)
 	settled(t, c)
@@ -43,7 +45,7 @@ func TestHeartbeatPeriod(t *testing.T) {
 		t.Fatalf("%d writes one period after the first, with the most jitter: want 1", n)
 	}
 	step(period / 5)
-	waitFor(t, "the heartbeat, within a fifth of a period more", func() bool { return patches() == 2 })
+	testutil.WaitFor(t, "the heartbeat, within a fifth of a period more", func() bool { return patches() == 2 })
 	settled(t, c)
 	// the least jitter: due one period later, not before
 	mu.Lock()
@@ -52,7 +54,7 @@ func TestHeartbeatPeriod(t *testing.T) {
 	// the period was drawn at the last write (with r = 0.999): one more
 	// write at the most jitter, then one period exactly
 	step(period * 6 / 5)
-	waitFor(t, "third", func() bool { return patches() == 3 })
+	testutil.WaitFor(t, "third", func() bool { return patches() == 3 })
 	settled(t, c)
 	step(period - time.Second)
 	settled(t, c)
@@ -60,7 +62,7 @@ func TestHeartbeatPeriod(t *testing.T) {
 		t.Fatalf("%d writes: a heartbeat came before its period", n)
 	}
 	step(time.Second)
-	waitFor(t, "fourth, one period after the third", func() bool { return patches() == 4 })
+	testutil.WaitFor(t, "fourth, one period after the third", func() bool { return patches() == 4 })
 
 	// the bounds with the real source of randomness
 	j := &Client{rand: rand.Float64, retry: 100 * time.Millisecond}

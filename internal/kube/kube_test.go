@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeServer is the client's server over client-go's fake clientset (its
@@ -145,7 +146,7 @@ func newFake(t *testing.T, objs ...runtime.Object) (*fakeServer, *Client) {
 	done := make(chan struct{})
 	go func() { c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "cache synced", func() bool { return c.State().Synced })
+	testutil.WaitFor(t, "cache synced", func() bool { return c.State().Synced })
 	return f, c
 }
 
@@ -210,24 +211,13 @@ func apiPod(name, uid string) *corev1.Pod {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // settled waits until the client has nothing pending and no write in
 // flight, then a little more (a write that would come, comes by then).
 func settled(t *testing.T, c *Client) {
 	t.Helper()
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	testutil.WaitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
 	time.Sleep(100 * time.Millisecond)
-	waitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
+	testutil.WaitFor(t, "nothing pending", func() bool { return c.State().Pending == 0 })
 }
 
 func TestAPIOf(t *testing.T) {
@@ -290,11 +280,11 @@ func TestPodLookup(t *testing.T) {
 	if _, err := f.cs.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new priority seen", func() bool { a, ok := c.Pod("u1"); return ok && a.Priority != nil && *a.Priority == 7 })
+	testutil.WaitFor(t, "the new priority seen", func() bool { a, ok := c.Pod("u1"); return ok && a.Priority != nil && *a.Priority == 7 })
 	if err := f.cs.CoreV1().Pods("default").Delete(context.Background(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deleted pod forgotten", func() bool { _, ok := c.Pod("u1"); return !ok })
+	testutil.WaitFor(t, "the deleted pod forgotten", func() bool { _, ok := c.Pod("u1"); return !ok })
 }
 
 const evictMsg = "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
@@ -311,7 +301,7 @@ func TestEvictedReport(t *testing.T) {
 	p := &pod.Pod{UID: "u1", Name: "web", Namespace: "default"}
 	c.Evicted(p, evictMsg)
 	c.Evicted(p, evictMsg) // a second report of the same pod is a no-op
-	waitFor(t, "status written", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
+	testutil.WaitFor(t, "status written", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
 	settled(t, c)
 	st := f.pod(t, "web").Status
 	if st.Reason != "Evicted" || st.Message != evictMsg || st.QOSClass != corev1.PodQOSBestEffort {
@@ -330,7 +320,7 @@ func TestEvictedReport(t *testing.T) {
 		t.Fatalf("%d status patches, want 1", n)
 	}
 	// the event follows the status, from the broadcaster's goroutine
-	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
+	testutil.WaitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	evs := f.events(t)
 	if len(evs) != 1 {
 		t.Fatalf("%d events, want 1", len(evs))
@@ -356,7 +346,7 @@ func TestEvictedReport(t *testing.T) {
 func TestRejectedReport(t *testing.T) {
 	f, c := newFake(t, apiPod("be", "u2"))
 	c.Rejected(&pod.Pod{UID: "u2", Name: "be", Namespace: "default"}, "Evicted", "The node had condition: [MemoryPressure]. ")
-	waitFor(t, "status written", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
+	testutil.WaitFor(t, "status written", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
 	settled(t, c)
 	st := f.pod(t, "be").Status
 	if st.Reason != "Evicted" || st.Message != "Pod was rejected: The node had condition: [MemoryPressure]. " || st.QOSClass != corev1.PodQOSBestEffort {
@@ -397,7 +387,7 @@ func TestReportOfPodNotCachedYet(t *testing.T) {
 	if _, err := f.cs.CoreV1().Pods("default").Create(context.Background(), apiPod("web", "u1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "reported once the pod is cached", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
+	testutil.WaitFor(t, "reported once the pod is cached", func() bool { return f.pod(t, "web").Status.Phase == corev1.PodFailed })
 }
 
 // TestReportConvergesByWatching: whenever the kubelet's status manager
@@ -409,7 +399,7 @@ func TestReportOfPodNotCachedYet(t *testing.T) {
 func TestReportConvergesByWatching(t *testing.T) {
 	f, c := newFake(t, apiPod("web", "u1"))
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
-	waitFor(t, "reported", func() bool {
+	testutil.WaitFor(t, "reported", func() bool {
 		return holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
 	})
 	settled(t, c)
@@ -425,7 +415,7 @@ func TestReportConvergesByWatching(t *testing.T) {
 	}
 	for i, e := range edits {
 		f.kubeletWrites(t, "web", e.edit)
-		waitFor(t, "re-reported after "+e.name, func() bool {
+		testutil.WaitFor(t, "re-reported after "+e.name, func() bool {
 			return len(f.statusPatches()) == i+2 && holds(f.pod(t, "web"), &report{kind: kindEvict, reason: "Evicted", message: evictMsg})
 		})
 		settled(t, c)
@@ -437,7 +427,7 @@ func TestReportConvergesByWatching(t *testing.T) {
 	if n := len(f.statusPatches()); n != len(edits)+1 {
 		t.Fatalf("%d status patches, want %d", n, len(edits)+1)
 	}
-	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
+	testutil.WaitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	if n := len(f.events(t)); n != 1 {
 		t.Fatalf("%d events, want 1", n)
 	}
@@ -450,16 +440,16 @@ func TestRejectedAgainIsWatched(t *testing.T) {
 	f, c := newFake(t, apiPod("be", "u2"))
 	p := &pod.Pod{UID: "u2", Name: "be", Namespace: "default"}
 	c.Rejected(p, "Evicted", "m. ")
-	waitFor(t, "rejected", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
+	testutil.WaitFor(t, "rejected", func() bool { return f.pod(t, "be").Status.Phase == corev1.PodFailed })
 	settled(t, c)
 	f.kubeletWrites(t, "be", func(st *corev1.PodStatus) { st.Phase, st.Reason, st.Message = corev1.PodPending, "", "" })
 	c.Rejected(p, "Evicted", "m. ") // the kubelet's retry, refused again
-	waitFor(t, "rejected again", func() bool {
+	testutil.WaitFor(t, "rejected again", func() bool {
 		st := f.pod(t, "be").Status
 		return st.Phase == corev1.PodFailed && st.Message == "Pod was rejected: m. "
 	})
 	settled(t, c)
-	waitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
+	testutil.WaitFor(t, "the event written", func() bool { return len(f.events(t)) >= 1 })
 	if events, patches := len(f.events(t)), len(f.statusPatches()); events != 1 || patches != 2 {
 		t.Fatalf("events %d, status patches %d; want 1 and 2", events, patches)
 	}
@@ -507,12 +497,12 @@ func TestKubeletReplacementsAnsweredWithinBound(t *testing.T) {
 	logs := logTo(c)
 	want := &report{kind: kindEvict, reason: "Evicted", message: evictMsg}
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
-	waitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
+	testutil.WaitFor(t, "reported", func() bool { return len(f.statusPatches()) == 1 })
 	settled(t, c)
 	for i := range reassertMax {
 		n := len(f.statusPatches())
 		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
-		waitFor(t, fmt.Sprintf("replacement %d written again at once", i+1), func() bool {
+		testutil.WaitFor(t, fmt.Sprintf("replacement %d written again at once", i+1), func() bool {
 			return len(f.statusPatches()) == n+1 && holds(f.pod(t, "web"), want)
 		})
 		settled(t, c)
@@ -527,7 +517,7 @@ func TestKubeletReplacementsAnsweredWithinBound(t *testing.T) {
 	for range 3 {
 		f.kubeletWrites(t, "web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
 	}
-	waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
+	testutil.WaitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
 	settled(t, c)
 	if n := len(f.statusPatches()); n != 1+reassertMax {
 		t.Fatalf("%d status patches, want %d", n, 1+reassertMax)
@@ -590,7 +580,7 @@ func TestNodeCondition(t *testing.T) {
 	}
 
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}})
-	waitFor(t, "patched", func() bool { return patches() == 1 })
+	testutil.WaitFor(t, "patched", func() bool { return patches() == 1 })
 	cd := nodeCondition(t, f)
 	if cd.Status != corev1.ConditionTrue || cd.Reason != "MemoryPressure" || cd.Message != "cri-guard sees memory pressure: hard memory.available<1Gi" ||
 		cd.LastTransitionTime.Unix() != 1000 || cd.LastHeartbeatTime.Unix() != 5000 {
@@ -599,20 +589,20 @@ func TestNodeCondition(t *testing.T) {
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"hard memory.available<1Gi"}}) // unchanged
 	step(time.Second)
 	c.SetNodePressure(NodePressure{MemoryPressure: true, Thresholds: []string{"soft memory.available<2Gi"}}) // message only
-	waitFor(t, "patched again", func() bool { return patches() == 2 })
+	testutil.WaitFor(t, "patched again", func() bool { return patches() == 2 })
 	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 1000 || cd.LastHeartbeatTime.Unix() != 5001 || !strings.Contains(cd.Message, "soft") {
 		t.Fatalf("condition %+v: a new message keeps the transition time", cd)
 	}
 	step(time.Second)
 	c.SetNodePressure(NodePressure{MemoryPressure: false})
-	waitFor(t, "patched a third time", func() bool { return patches() == 3 })
+	testutil.WaitFor(t, "patched a third time", func() bool { return patches() == 3 })
 	if cd := nodeCondition(t, f); cd.Status != corev1.ConditionFalse || cd.LastTransitionTime.Unix() != 5002 {
 		t.Fatalf("condition %+v: want False since now", cd)
 	}
 	// the heartbeat: due five minutes after the last write
 	step(defaultHeartbeat)
 	c.poke()
-	waitFor(t, "heartbeat", func() bool { return patches() == 4 })
+	testutil.WaitFor(t, "heartbeat", func() bool { return patches() == 4 })
 	if cd := nodeCondition(t, f); cd.LastTransitionTime.Unix() != 5002 || cd.LastHeartbeatTime.Unix() != 5302 {
 		t.Fatalf("condition %+v: want the heartbeat moved, not the transition", cd)
 	}
@@ -720,13 +710,13 @@ func TestEventBroadcasterStopsWithClient(t *testing.T) {
 	go func() { c.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
-	waitFor(t, "the event written", func() bool { return len(f.events(t)) == 1 })
+	testutil.WaitFor(t, "the event written", func() bool { return len(f.events(t)) == 1 })
 	if n := recordGoroutines(); n <= before {
 		t.Fatalf("%d broadcaster goroutines while the client runs, %d before: the count sees none", n, before)
 	}
 	cancel()
 	<-done
-	waitFor(t, "the broadcaster's goroutines ended", func() bool { return recordGoroutines() <= before })
+	testutil.WaitFor(t, "the broadcaster's goroutines ended", func() bool { return recordGoroutines() <= before })
 	if c.event(f.pod(t, "web"), &report{reason: "Evicted", message: "m"}) {
 		t.Fatal("an event queued after the client stopped")
 	}

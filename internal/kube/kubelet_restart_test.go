@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // fakeKubelet plays the kubelet's status manager for one pod already
@@ -93,7 +94,7 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 			k := &fakeKubelet{f: f, name: "web"}
 			written := func(n int, what string) {
 				t.Helper()
-				waitFor(t, what, func() bool {
+				testutil.WaitFor(t, what, func() bool {
 					return f.podPatches("web") == n && c.State().Pending == 0 && holds(f.pod("web"), want)
 				})
 			}
@@ -106,7 +107,7 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 			}
 			tick(10 * time.Second)
 			k.syncBatch()
-			waitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
+			testutil.WaitFor(t, "left to the kubelet", func() bool { return strings.Contains(logs(), leftToKubelet) })
 			if tt.stop {
 				tick(10 * time.Minute) // past the first window
 				c.KubeletStopped()
@@ -137,7 +138,7 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 					}
 					tick(10 * time.Second)
 					k.syncBatch()
-					waitFor(t, "left to the kubelet again", func() bool { return strings.Count(logs(), leftToKubelet) == 2 })
+					testutil.WaitFor(t, "left to the kubelet again", func() bool { return strings.Count(logs(), leftToKubelet) == 2 })
 				default:
 					k.podSync(f.pod("web").Status)
 				}
@@ -152,9 +153,9 @@ func TestKubeletRestartRearmsBound(t *testing.T) {
 			// pod's replacement is written again, every change of web's was
 			// seen
 			c.Evicted(&pod.Pod{UID: "u2", Name: "barrier", Namespace: "default"}, evictMsg)
-			waitFor(t, "the barrier pod reported", func() bool { return f.podPatches("barrier") == 1 && c.State().Pending == 0 })
+			testutil.WaitFor(t, "the barrier pod reported", func() bool { return f.podPatches("barrier") == 1 && c.State().Pending == 0 })
 			f.kubeletWrites("barrier", func(st *corev1.PodStatus) { st.Message = "" })
-			waitFor(t, "the barrier pod written again", func() bool { return f.podPatches("barrier") == 2 && c.State().Pending == 0 })
+			testutil.WaitFor(t, "the barrier pod written again", func() bool { return f.podPatches("barrier") == 2 && c.State().Pending == 0 })
 
 			if n := f.podPatches("web"); n != tt.patches {
 				t.Errorf("%d status patches of the pod, want %d", n, tt.patches)
@@ -197,11 +198,11 @@ func TestKubeletStartedLeavesSettledReports(t *testing.T) {
 	c.Evicted(&pod.Pod{UID: "u3", Name: "done", Namespace: "default"}, evictMsg)
 	c.Evicted(&pod.Pod{UID: "u1", Name: "web", Namespace: "default"}, evictMsg)
 	want := &report{kind: kindEvict, reason: "Evicted", message: evictMsg}
-	waitFor(t, "reported", func() bool { return f.podPatches("web") == 1 && c.State().Pending == 0 })
+	testutil.WaitFor(t, "reported", func() bool { return f.podPatches("web") == 1 && c.State().Pending == 0 })
 	replaced := func(n int, what string) {
 		t.Helper()
 		f.kubeletWrites("web", func(st *corev1.PodStatus) { st.Reason, st.Message = "", "" })
-		waitFor(t, what, func() bool { return f.podPatches("web") == n && c.State().Pending == 0 && holds(f.pod("web"), want) })
+		testutil.WaitFor(t, what, func() bool { return f.podPatches("web") == n && c.State().Pending == 0 && holds(f.pod("web"), want) })
 	}
 	for i := range reassertMax - 1 {
 		replaced(2+i, fmt.Sprintf("replacement %d before the start written again", i+1))

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 func newHubEnv(t *testing.T) (*env, *runtimeproxy.EventHub) {
@@ -90,11 +90,7 @@ func TestSharedEventStreamRuntimeError(t *testing.T) {
 // subscribe when the server handles the call, asynchronously).
 func waitSubscribers(t *testing.T, _ *env, hub *runtimeproxy.EventHub, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for hub.Subscribers() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("subscribers = %d, want %d", hub.Subscribers(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testutil.Within(testutil.Bound, func() bool { return hub.Subscribers() >= n }) {
+		t.Fatalf("subscribers = %d, want %d", hub.Subscribers(), n)
 	}
 }

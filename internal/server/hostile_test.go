@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // rawConn is one HTTP/2 connection to the CRI socket spoken frame by frame,
@@ -112,18 +113,6 @@ func (rc *rawConn) readLoop(fc *frameCounts) (done chan struct{}) {
 	return done
 }
 
-// waitFor polls cond every 10ms until it holds or d passed.
-func waitFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 func socketPath(e *env) string { return filepath.Join(e.dir, "guard", "cri-guard.sock") }
 
 // TestHeadersFloodIsBounded: one connection opens 5,000 streams with
@@ -155,7 +144,7 @@ func TestHeadersFloodIsBounded(t *testing.T) {
 		}
 	}
 	wantRefused := int64(streams - defaultMaxConcurrentStreams)
-	waitFor(20*time.Second, func() bool { return fc.refused.Load() >= wantRefused })
+	testutil.Within(20*time.Second, func() bool { return fc.refused.Load() >= wantRefused })
 	during := runtime.NumGoroutine()
 	t.Logf("goroutines: %d before, %d with %d streams sent (%d refused)", base, during, streams, fc.refused.Load())
 	if got := fc.refused.Load(); got != wantRefused {
@@ -173,7 +162,7 @@ func TestHeadersFloodIsBounded(t *testing.T) {
 
 	_ = rc.c.Close()
 	<-done
-	if !waitFor(10*time.Second, func() bool { return runtime.NumGoroutine() <= base+20 }) {
+	if !testutil.Within(10*time.Second, func() bool { return runtime.NumGoroutine() <= base+20 }) {
 		t.Errorf("%d goroutines 10s after the flooding connection closed, %d before", runtime.NumGoroutine(), base)
 	}
 }
@@ -266,7 +255,7 @@ func TestConnectionCap(t *testing.T) {
 	rcs, fcs, dones := dial(conns)
 	var served, closed []int
 	for i := range conns {
-		if !waitFor(10*time.Second, func() bool {
+		if !testutil.Within(10*time.Second, func() bool {
 			select {
 			case <-dones[i]:
 				return true
@@ -294,11 +283,11 @@ func TestConnectionCap(t *testing.T) {
 	for _, i := range served {
 		_ = rcs[i].c.Close()
 	}
-	if !waitFor(5*time.Second, func() bool { total, _ := e.srv.lis.(*peerListener).held(peerID{}); return total == 0 }) {
+	if !testutil.Within(5*time.Second, func() bool { total, _ := e.srv.lis.(*peerListener).held(peerID{}); return total == 0 }) {
 		t.Fatal("places not freed after the served connections closed")
 	}
 	_, fcs, _ = dial(maxConns)
-	if !waitFor(5*time.Second, func() bool {
+	if !testutil.Within(5*time.Second, func() bool {
 		for i := range fcs {
 			if fcs[i].settings.Load() == 0 {
 				return false

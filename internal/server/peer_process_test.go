@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // The tests here need connections from another process: SO_PEERCRED names
@@ -185,7 +186,7 @@ func TestFullServerMakesRoomForALightPeer(t *testing.T) {
 	})
 	startHelper(t, helperEvents, socketPath(e), maxConns)
 	held := func() int { total, _ := e.srv.lis.(*peerListener).held(peerID{}); return total }
-	if !waitFor(10*time.Second, func() bool { return held() == maxConns }) {
+	if !testutil.Within(10*time.Second, func() bool { return held() == maxConns }) {
 		t.Fatalf("%d connections held with the helper's %d, want the cap", held(), maxConns)
 	}
 	kubeletVersion(t, e)

@@ -17,6 +17,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 func burstableConfig(name string) *runtimeapi.PodSandboxConfig {
@@ -118,7 +119,7 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 				stop := make(chan struct{})
 				go func() {
 					// kill the runtime once it has the request
-					waitFor(5*time.Second, func() bool {
+					testutil.Within(5*time.Second, func() bool {
 						return slices.ContainsFunc(e.fake.Calls(), func(c fakeruntime.Call) bool { return c.Method == method })
 					})
 					e.fake.Stop()
@@ -159,7 +160,7 @@ func TestRunPodSandboxFailureOutcome(t *testing.T) {
 			}
 			want := fmt.Sprintf("failed uid-bu/0 %v sandbox=%q err=true", tt.wantKind, tt.wantID)
 			// the kubelet's deadline may end its call before the guard is told
-			if !waitFor(5*time.Second, func() bool { return slices.Contains(g.seen(), want) }) {
+			if !testutil.Within(5*time.Second, func() bool { return slices.Contains(g.seen(), want) }) {
 				t.Errorf("guard told %v, want %q (err %v)", g.seen(), want, err)
 			}
 		})
