@@ -5,7 +5,8 @@
 // runtime: RSS, goroutines and descriptors during and after 100,000 HEADERS
 // frames on one CRI connection and 20,000 connection attempts on the
 // metrics port, and a CRI call's latency meanwhile. It logs figures and
-// checks only that cri-guard keeps serving; it stops within a minute.
+// checks only that cri-guard keeps serving (and, as every harness start,
+// that it exits cleanly on SIGINT at the end); it stops within a minute.
 //
 //	make build && go test -tags integration -v -run TestHostile ./integration/hostile/
 package hostile
@@ -19,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -31,10 +31,9 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 	"github.com/cri-guard/cri-guard/internal/testutil"
 )
@@ -120,18 +119,14 @@ func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() st
 }
 
 func TestHostileMeasure(t *testing.T) {
-	bin, _ := filepath.Abs("../../bin/cri-guard")
+	bin := harness.Path(t, "bin/cri-guard")
 	if b := os.Getenv("CRI_GUARD_BIN"); b != "" { // e.g. an older build to compare
 		bin = b
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("%s missing: run make build first", bin)
 	}
-	dir, err := os.MkdirTemp("", "cgh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := harness.ShortTempDir(t)
 	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"))
 	procRoot, cgRoot := filepath.Join(dir, "proc"), filepath.Join(dir, "cgroup")
 	for _, d := range []string{filepath.Join(procRoot, "pressure"), cgRoot} {
@@ -139,53 +134,21 @@ func TestHostileMeasure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	harness.WriteMeminfo(t, filepath.Join(procRoot, "meminfo"), 12<<30)
+	harness.WriteAtomic(t, filepath.Join(procRoot, "pressure", "memory"), "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1\n")
+	metricsAddr := testutil.FreeAddr(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	harness.WriteAtomic(t, cfg, fmt.Sprintf("psiTrigger: \"\"\nmetricsAddress: %s\nadminSocket: %s\n", metricsAddr, filepath.Join(dir, "admin.sock")))
+	// warn, after the harness's debug: a log line per refused stream would
+	// be part of what is measured
+	g := harness.StartGuard(t, bin, fake.Path, "--config", cfg, "--proc-root", procRoot, "--cgroup-root", cgRoot, "--log-level", "warn")
+	sock := g.Socket
+	p := proc{g.Cmd.Process.Pid}
+	rt, _ := harness.DialCRI(t, sock)
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	must(os.WriteFile(filepath.Join(procRoot, "meminfo"), []byte("MemTotal: 16777216 kB\nMemFree: 12582912 kB\nMemAvailable: 12582912 kB\nBuffers: 0 kB\nCached: 0 kB\n"), 0o644))
-	must(os.WriteFile(filepath.Join(procRoot, "pressure", "memory"), []byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), 0o644))
-	metricsAddr := testutil.FreeAddr(t)
-	cfg := filepath.Join(dir, "config.yaml")
-	must(os.WriteFile(cfg, []byte(fmt.Sprintf("psiTrigger: \"\"\nmetricsAddress: %s\nadminSocket: %s\n", metricsAddr, filepath.Join(dir, "admin.sock"))), 0o644))
-	sock := filepath.Join(dir, "cri-guard.sock")
-	var logBuf bytes.Buffer
-	cmd := exec.Command(bin, "--config", cfg, "--listen", sock, "--runtime-endpoint", fake.Path,
-		"--state-dir", filepath.Join(dir, "state"), "--proc-root", procRoot, "--cgroup-root", cgRoot, "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
-	must(cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("cri-guard log:\n%s", logBuf.String())
-		}
-	})
-	p := proc{cmd.Process.Pid}
-
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	must(err)
-	defer conn.Close()
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cri-guard not answering: %v\n%s", err, logBuf.String())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("idle: RSS %.1f MiB, %d fds, %d goroutines", p.rssMiB(), p.fds(), goroutines(metricsAddr))
 
