@@ -57,7 +57,7 @@ func TestAPIReports(t *testing.T) {
 	}}
 	rt := newFakeRuntime()
 	rt.addSandbox("s-victim", "victim", 0, true, time.Unix(1, 0))
-	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second), withAPI(api))
 	h.sampler.set(512 << 20)
 	if err := h.loop.syncOnce(context.Background()); err != nil { // under pressure: MemoryPressure, and the victim is stopped
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -81,51 +80,27 @@ type realHarness struct {
 	sampler *nodeSampler
 }
 
-func newRealHarness(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration) *realHarness {
-	t.Helper()
-	return newRealHarnessWith(t, store, rt, stopTimeout, nil, 3<<30)
-}
-
-// newRealHarnessWith is newRealHarness with an API server stand-in (nil:
-// CRI only) and the node's memory.available at restore.
-func newRealHarnessWith(t *testing.T, store *memStore, rt *fakeRuntime, stopTimeout time.Duration, api *fakeAPI, available int64) *realHarness {
-	t.Helper()
-	h := newRealHarnessOn(t, store, rt, Config{HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: stopTimeout}, api, available, testLog())
-	h.store = store
-	return h
-}
-
-// newRealHarnessOn is the real harness on any store (the real checkpoint
-// store: slowdisk_bench_test.go) with the loop's cfg: restored (the
-// runtime's ready sandboxes adopted) and running until tb ends. h.store is
-// left nil; log is the loop's and the evictor's.
-func newRealHarnessOn(tb testing.TB, store Store, rt *fakeRuntime, cfg Config, api *fakeAPI, available int64, log *logrus.Entry) *realHarness {
+// newRealHarness is a loop with the real eviction manager over the
+// defaults of newLoopSetup, enforcing restored records, restored and
+// running (opts may change any of it); h.store is nil unless the loop's
+// Store is a memStore.
+func newRealHarness(tb testing.TB, opts ...loopOption) *realHarness {
 	tb.Helper()
+	s := newLoopSetup(append([]loopOption{enforceRestored(), restored(), running()}, opts...))
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	h := &realHarness{rt: rt, sampler: &nodeSampler{available: available}}
+	h := &realHarness{sampler: &nodeSampler{available: s.available}}
 	h.ev, err = evictor.New(evictor.Config{Thresholds: ts, TransitionPeriod: time.Minute, HardGracePeriod: time.Second},
-		evictor.Options{Sampler: h.sampler, Log: log})
+		evictor.Options{Sampler: h.sampler, Log: s.o.Log})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	o := Options{Runtime: rt, Store: store, Evictor: h.ev, PodStats: h.sampler, Killer: h.sampler, Log: log}
-	if api != nil {
-		o.API, o.Reporter = api, api
-	}
-	h.loop, err = New(cfg, o)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := h.loop.Restore(context.Background()); err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = h.loop.Run(ctx); close(done) }()
-	tb.Cleanup(func() { cancel(); <-done })
+	s.o.Evictor, s.o.PodStats, s.o.Killer = h.ev, h.sampler, h.sampler
+	h.rt, _ = s.o.Runtime.(*fakeRuntime)
+	h.store, _ = s.o.Store.(*memStore)
+	h.loop = s.build(tb)
 	return h
 }
 
@@ -202,7 +177,7 @@ func TestEvictionCountsOnlyAStop(t *testing.T) {
 			rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 			tt.breakIt(rt)
 			// grace 1 s + 200 ms: the hanging stop times out
-			h := newRealHarness(t, newMemStore(), rt, 200*time.Millisecond)
+			h := newRealHarness(t, withRuntime(rt), stopTimeout(200*time.Millisecond))
 			ctx := context.Background()
 			h.sampler.set(512 << 20)
 
@@ -264,7 +239,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.stopHang = make(chan struct{})
 	store := newMemStore()
-	h := newRealHarness(t, store, rt, 10*time.Second)
+	h := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(10*time.Second))
 	h.sampler.set(512 << 20)
 	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
@@ -296,7 +271,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 		t.Fatalf("the removed sandbox is still known, state %q", st)
 	}
 	// restart on the same store and runtime
-	h2 := newRealHarness(t, store, rt, 10*time.Second)
+	h2 := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(10*time.Second))
 	if n := len(h2.loop.Pods()); n != 0 {
 		t.Fatalf("pods after restart = %d, want 0", n)
 	}
@@ -329,7 +304,7 @@ func TestStopGrace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 			if tt.tgps != "" {
 				h.rt.ctrs["c-s1"].Annotations = map[string]string{pod.AnnotationTerminationGracePeriod: tt.tgps}
@@ -357,7 +332,7 @@ func TestEvictionMessageNamesContainers(t *testing.T) {
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.usage = map[string]uint64{"c-s1": 120 << 20}
 	api := &fakeAPI{pods: map[string]pod.API{}}
-	h := newRealHarnessWith(t, newMemStore(), rt, time.Second, api, 3<<30)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second), withAPI(api))
 	h.sampler.set(512 << 20)
 	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
@@ -393,7 +368,7 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 	if err := store.Put(checkpoint.Record{Pod: *forged, State: forged.State, SandboxID: "s1"}); err != nil {
 		t.Fatal(err)
 	}
-	h := newRealHarness(t, store, rt, time.Second)
+	h := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(time.Second))
 	h.sampler.set(512 << 20) // pressure: a pass would stop an evictable pod
 	if err := h.loop.syncOnce(context.Background()); err != nil {
 		t.Fatal(err)
@@ -421,7 +396,7 @@ func TestRestoreTrustsTheRuntime(t *testing.T) {
 func TestNextEvictionWhileSandboxStops(t *testing.T) {
 	rt := twoReadyPods()
 	rt.stopHang = make(chan struct{})
-	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(10*time.Second))
 	ctx := context.Background()
 	inflight := func() (ids []string, killed int) { ids, killed, _ = h.underWay(); return ids, killed }
 	h.sampler.set(512 << 20)
@@ -462,7 +437,7 @@ func TestNextEvictionWhileSandboxStops(t *testing.T) {
 func TestNextEvictionWhenMomentFromOOM(t *testing.T) {
 	rt := twoReadyPods()
 	rt.ctrHang = make(chan struct{})
-	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(10*time.Second))
 	ctx := context.Background()
 	under := func() (ids []string, cut int) { ids, _, cut = h.underWay(); return ids, cut }
 	h.sampler.setPods(300 << 20)

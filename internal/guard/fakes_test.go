@@ -470,3 +470,104 @@ func flushed(t *testing.T, l *Loop) {
 		t.Fatalf("record the writes' outcomes on the loop (is it running?): %v", err)
 	}
 }
+
+// loopSetup is what a test's Loop is made of. newHarness and newRealHarness
+// are the one way the tests build a Loop: from their defaults, changed by
+// loopOptions in order.
+type loopSetup struct {
+	cfg Config
+	o   Options
+	// restore: Restore before the loop runs (the runtime's sandboxes
+	// adopted, the store's records read)
+	restore bool
+	// run: Run the loop until the test ends
+	run bool
+	// available is the real harness's memory.available (its sampler's)
+	available int64
+}
+
+// loopOption changes a loopSetup.
+type loopOption func(*loopSetup)
+
+// withConfig changes the loop's Config.
+func withConfig(f func(*Config)) loopOption { return func(s *loopSetup) { f(&s.cfg) } }
+
+// withOptions changes the loop's Options.
+func withOptions(f func(*Options)) loopOption { return func(s *loopSetup) { f(&s.o) } }
+
+func withRuntime(rt *fakeRuntime) loopOption { return func(s *loopSetup) { s.o.Runtime = rt } }
+
+func withStore(st Store) loopOption { return func(s *loopSetup) { s.o.Store = st } }
+
+func withEvictor(ev Evictor) loopOption { return func(s *loopSetup) { s.o.Evictor = ev } }
+
+func withLog(log *logrus.Entry) loopOption { return func(s *loopSetup) { s.o.Log = log } }
+
+// withAPI connects the loop to an API server stand-in.
+func withAPI(api *fakeAPI) loopOption {
+	return func(s *loopSetup) { s.o.API, s.o.Reporter = api, api }
+}
+
+// enforceRestored: restored records are enforced (Config.EnforceRestored).
+func enforceRestored() loopOption { return func(s *loopSetup) { s.cfg.EnforceRestored = true } }
+
+func stopTimeout(d time.Duration) loopOption { return func(s *loopSetup) { s.cfg.StopTimeout = d } }
+
+// available is the node's memory.available the real harness's sampler
+// reports at restore.
+func available(b int64) loopOption { return func(s *loopSetup) { s.available = b } }
+
+func restored() loopOption { return func(s *loopSetup) { s.restore = true } }
+
+func running() loopOption { return func(s *loopSetup) { s.run = true } }
+
+// newLoopSetup is the defaults (an hour between housekeeping passes: none
+// within a test) changed by opts, with a fake runtime, an in-memory store, a
+// ruleEvictor and the test log where opts set none (made only then: a
+// benchmark that builds loops measures no fake it does not use).
+func newLoopSetup(opts []loopOption) loopSetup {
+	s := loopSetup{cfg: Config{HousekeepingInterval: time.Hour}, available: 3 << 30}
+	for _, opt := range opts {
+		opt(&s)
+	}
+	if s.o.Runtime == nil {
+		s.o.Runtime = newFakeRuntime()
+	}
+	if s.o.Store == nil {
+		s.o.Store = newMemStore()
+	}
+	if s.o.Evictor == nil {
+		s.o.Evictor = &ruleEvictor{}
+	}
+	if s.o.Log == nil {
+		s.o.Log = testLog()
+	}
+	return s
+}
+
+// build makes s's Loop, restored and running as s says.
+func (s loopSetup) build(tb testing.TB) *Loop {
+	tb.Helper()
+	l, err := New(s.cfg, s.o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if s.restore {
+		if _, err := l.Restore(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if s.run {
+		runLoop(tb, l)
+	}
+	return l
+}
+
+// runLoop runs l until the test ends.
+func runLoop(tb testing.TB, l *Loop) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+}

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,15 +39,10 @@ func (e *nearEvictor) Synchronize(p evictor.Pass) evictor.Action {
 func TestFastPoll(t *testing.T) {
 	rt := newFakeRuntime()
 	ev := &nearEvictor{}
-	l, err := New(Config{HousekeepingInterval: time.Hour, FastPoll: FastPoll{Interval: time.Millisecond, Watch: 5 * time.Millisecond, Margin: 1}},
-		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	newHarness(t, withConfig(func(c *Config) {
+		c.FastPoll = FastPoll{Interval: time.Millisecond, Watch: 5 * time.Millisecond, Margin: 1}
+	}),
+		withRuntime(rt), withEvictor(ev), running())
 	eventually := func(what string, ok func() bool) {
 		t.Helper()
 		if !testutil.Within(testutil.Bound, ok) {

@@ -21,7 +21,7 @@ func TestQuickPassEvictsAgainOnMemory(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
-	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second))
 	h.sampler.set(512 << 20)
 	ctx := context.Background()
 	housekeep := func(why pass) {
@@ -54,7 +54,7 @@ func TestQuickPassEvictsAtOnceWhenCritical(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
-	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second))
 	h.sampler.set(256 << 20) // under half of the 1Gi threshold
 	ctx := context.Background()
 	clock := time.Unix(5000, 0)
@@ -83,7 +83,7 @@ func TestGraceCutShortWhenMemoryCritical(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	rt.ctrHang = make(chan struct{})
-	h := newRealHarness(t, newMemStore(), rt, 10*time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(10*time.Second))
 	ctx := context.Background()
 	housekeep := func(why pass) {
 		t.Helper()
@@ -135,7 +135,7 @@ func TestEvictionRateBound(t *testing.T) {
 	for i := range pods {
 		rt.addSandbox(fmt.Sprintf("s%d", i), fmt.Sprintf("p%d", i), 0, true, time.Unix(int64(i+1), 0))
 	}
-	h := newRealHarness(t, newMemStore(), rt, time.Second)
+	h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second))
 	h.sampler.set(256 << 20) // under half of the 1Gi threshold: no spacing at all
 	ctx := context.Background()
 	clock := time.Unix(5000, 0)
@@ -211,7 +211,7 @@ func TestPassSamplesOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newRealHarness(t, newMemStore(), twoReadyPods(), time.Second)
+			h := newRealHarness(t, withRuntime(twoReadyPods()), stopTimeout(time.Second))
 			clock := time.Unix(5000, 0)
 			if err := h.loop.do(context.Background(), func() {
 				h.loop.now = func() time.Time { return clock }

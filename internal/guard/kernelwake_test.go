@@ -93,15 +93,6 @@ func TestWatchSpacedByHeadroom(t *testing.T) {
 	}
 }
 
-// runLoop runs a loop until the test ends.
-func runLoop(t *testing.T, l *Loop) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-}
-
 // TestNearNotifierReplacesWatch: with a kernel notification at the near
 // level of the only memory threshold the fast poll takes no watch sample
 // (without one it samples every Watch); when the notification fires near
@@ -114,22 +105,14 @@ func TestNearNotifierReplacesWatch(t *testing.T) {
 
 	plain := &evalEvictor{ts: thresholds(t, "200Mi")}
 	plain.avail.Store(far)
-	l, err := New(cfg, Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: plain, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	newHarness(t, withConfig(func(c *Config) { *c = cfg }), withEvictor(plain), running())
 	testutil.WaitFor(t, "20 watch samples", func() bool { return plain.observes.Load() >= 20 })
 
 	f := &notifierFactory{near: true}
 	ev := &evalEvictor{ts: thresholds(t, "200Mi")}
 	ev.avail.Store(far)
 	cfg.Wakeups = Wakeups{Notifiers: f.notifiers, Thresholds: ev.ts}
-	l, err = New(cfg, Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: ev, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	l := newHarness(t, withConfig(func(c *Config) { *c = cfg }), withEvictor(ev), running()).loop
 	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	time.Sleep(100 * time.Millisecond)
 	if n := ev.observes.Load(); n != 0 {
@@ -170,12 +153,7 @@ func TestMemoryEventsWakeup(t *testing.T) {
 	w := &fakeWatcher{fire: make(chan struct{})}
 	ev := &evalEvictor{ts: thresholds(t, "200Mi")}
 	ev.avail.Store(100 * mib)
-	l, err := New(Config{HousekeepingInterval: time.Hour, Wakeups: Wakeups{MemoryEvents: w}},
-		Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: ev, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	l := newHarness(t, withConfig(func(c *Config) { c.Wakeups.MemoryEvents = w }), withEvictor(ev), running()).loop
 	w.fire <- struct{}{}
 	testutil.WaitFor(t, "a pass woken by memory-events", func() bool { return ev.wokenBy(evictor.Wakeup{Source: "memory-events"}) })
 	if n := l.Wakeups()["memory-events"]; n != 1 {
@@ -231,12 +209,8 @@ func TestTriggerWidenedWithoutCapability(t *testing.T) {
 // systemd does not kill a healthy cri-guard whose housekeeping is long.
 func TestWatchdogBetweenPasses(t *testing.T) {
 	var pings atomic.Int64
-	l, err := New(Config{HousekeepingInterval: time.Hour, WatchdogInterval: 5 * time.Millisecond},
-		Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: &ruleEvictor{}, Log: testLog(), Watchdog: func() { pings.Add(1) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	l := newHarness(t, withConfig(func(c *Config) { c.WatchdogInterval = 5 * time.Millisecond }),
+		withOptions(func(o *Options) { o.Watchdog = func() { pings.Add(1) } }), running()).loop
 	testutil.WaitFor(t, "3 watchdog pings", func() bool { return pings.Load() >= 3 })
 	if n := l.Wakeups()["tick"]; n != 0 {
 		t.Errorf("%d housekeeping ticks in an hour's interval", n)

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"testing"
-	"time"
 
 	"github.com/cri-guard/cri-guard/internal/pod"
 )
@@ -39,23 +38,15 @@ func TestKillPodOnlyItsOwnCgroup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			k := &killRecorder{}
-			l, err := New(Config{HousekeepingInterval: time.Hour},
-				Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: &ruleEvictor{}, Killer: k, Log: testLog()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := newHarness(t, withOptions(func(o *Options) { o.Killer = k })).loop
 			p := &pod.Pod{UID: uid, Name: "victim", Namespace: "default", CgroupParent: tt.parent}
-			_, err = l.killPod(p)
+			_, err := l.killPod(p)
 			if killed := len(k.killed) == 1; killed != tt.kill || (err == nil) != tt.kill {
 				t.Fatalf("killPod(%q): signalled %q, err %v; want a kill: %v", tt.parent, k.killed, err, tt.kill)
 			}
 		})
 	}
-	l, err := New(Config{HousekeepingInterval: time.Hour},
-		Options{Runtime: newFakeRuntime(), Store: newMemStore(), Evictor: &ruleEvictor{}, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newHarness(t).loop
 	if _, err := l.killPod(&pod.Pod{UID: uid, CgroupParent: "/kubepods/besteffort/pod" + uid}); err == nil {
 		t.Fatal("killPod without a killer: no error, want one")
 	}

@@ -17,30 +17,30 @@ import (
 	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
+// harness is a Loop over fakes (the defaults of newLoopSetup), not
+// running until start unless running() says so.
 type harness struct {
 	loop  *Loop
 	rt    *fakeRuntime
-	store *memStore
-	ev    *ruleEvictor
+	store *memStore    // nil when an option gave the loop another Store
+	ev    *ruleEvictor // nil when an option gave the loop another Evictor
 }
 
-func newHarness(t *testing.T, enforce bool) *harness {
-	t.Helper()
-	h := &harness{rt: newFakeRuntime(), store: newMemStore(), ev: &ruleEvictor{}}
-	l, err := New(Config{HousekeepingInterval: time.Hour, EnforceRestored: enforce}, Options{Runtime: h.rt, Store: h.store, Evictor: h.ev, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.loop = l
+func newHarness(tb testing.TB, opts ...loopOption) *harness {
+	tb.Helper()
+	s := newLoopSetup(opts)
+	h := &harness{}
+	h.rt, _ = s.o.Runtime.(*fakeRuntime)
+	h.store, _ = s.o.Store.(*memStore)
+	h.ev, _ = s.o.Evictor.(*ruleEvictor)
+	h.loop = s.build(tb)
 	return h
 }
 
-func (h *harness) start(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = h.loop.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+// start runs the loop until the test ends.
+func (h *harness) start(tb testing.TB) {
+	tb.Helper()
+	runLoop(tb, h.loop)
 }
 
 // run is one RunPodSandbox through the loop, the runtime's answer proving
@@ -80,7 +80,7 @@ func TestAdmitSandbox(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.start(t)
 			h.ev.pressure.Store(tt.pressure)
 			p := newPod("u1", 0, tt.qos, tt.critical)
@@ -111,7 +111,7 @@ func TestAdmitSandbox(t *testing.T) {
 // (full) refuses no pod, critical or not; the records are kept in memory
 // and written once the disk takes them again.
 func TestCheckpointFailureNeverRefuses(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.start(t)
 	h.store.mu.Lock()
 	h.store.err = errors.New("no space left on device")
@@ -145,7 +145,7 @@ func TestCheckpointFailureNeverRefuses(t *testing.T) {
 }
 
 func TestSandboxLifecycle(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.start(t)
 	p := newPod("u1", 0, pod.Burstable, false)
 	if id, err := h.run(p, runtimeproxy.Created("sb1")); err != nil || id != "sb1" {
@@ -183,7 +183,7 @@ func TestSandboxFailed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.start(t)
 			p := newPod("u1", 0, pod.Burstable, false)
 			if _, err := h.run(p, tt.outcome(tt.err)); err != tt.err {
@@ -217,7 +217,7 @@ func TestSandboxReservedByLostCall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			tt.sandbox(h.rt)
 			h.start(t)
 			p := newPod("u1", 0, pod.BestEffort, false)
@@ -246,7 +246,7 @@ func TestSandboxReservedByLostCall(t *testing.T) {
 // next listing completes the record, so a ready pod is rankable without
 // a restart.
 func TestListingSettlesAmbiguousFailure(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.start(t)
 	p := newPod("u1", 0, pod.BestEffort, false)
 	late := status.Error(codes.DeadlineExceeded, "late")
@@ -273,7 +273,7 @@ func TestListingSettlesAmbiguousFailure(t *testing.T) {
 // flight keeps it past the grace, and a retry that fails for certain
 // leaves the grace to decide (the lost call's sandbox may still appear).
 func TestUnsettledGrace(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	t0 := time.Unix(70_000, 0)
 	clock := h.clockAt(t0)
 	h.start(t)
@@ -326,7 +326,7 @@ func TestUnsettledGrace(t *testing.T) {
 }
 
 func TestHousekeepingEvictsOneAtATime(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
 	if _, err := h.loop.Restore(context.Background()); err != nil {
@@ -359,7 +359,7 @@ func TestHousekeepingEvictsOneAtATime(t *testing.T) {
 }
 
 func TestResyncDropsVanishedSandbox(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	if _, err := h.loop.Restore(context.Background()); err != nil {
 		t.Fatal(err)
@@ -382,7 +382,7 @@ func TestResyncDropsVanishedSandbox(t *testing.T) {
 }
 
 func TestSandboxRemovedByTruncatedID(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.start(t)
 	for i, id := range []string{"abcdef0123", "abcdff0123"} {
 		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
@@ -405,7 +405,7 @@ func TestSandboxRemovedByTruncatedID(t *testing.T) {
 }
 
 func TestTriggerFollowUps(t *testing.T) {
-	h := newHarness(t, true) // housekeeping every hour: only the trigger acts
+	h := newHarness(t, enforceRestored()) // housekeeping every hour: only the trigger acts
 	if _, err := h.loop.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +426,7 @@ func TestTriggerFollowUps(t *testing.T) {
 // but list the runtime's sandboxes at most once a second; other passes
 // always list (each listing is waited for before the next step).
 func TestFollowUpResync(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	if _, err := h.loop.Restore(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +482,7 @@ func TestFollowUpResync(t *testing.T) {
 // (it was dropped, and the created sandbox's pod stayed pending, unranked,
 // never evicted: seen in the UML guest, where a loop was busy for 10 s).
 func TestBusyLoopStillSettles(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.loop.cfg.AfterRuntimeTimeout = 50 * time.Millisecond
 	h.start(t)
 	release := make(chan struct{})

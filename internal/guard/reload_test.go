@@ -13,7 +13,7 @@ import (
 // TestSetThresholds: reloaded thresholds reach the evictor on the loop
 // goroutine, only while the loop runs.
 func TestSetThresholds(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	ts, err := pressure.ParseThresholds(pressure.ThresholdConfig{Hard: map[string]string{"memory.available": "1Gi"}})
 	if err != nil {
 		t.Fatal(err)

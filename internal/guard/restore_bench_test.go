@@ -48,11 +48,7 @@ func BenchmarkStartup(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				l, err := New(Config{HousekeepingInterval: time.Hour, EnforceRestored: true},
-					Options{Runtime: rt, Store: s, Evictor: &ruleEvictor{}, Log: testLog()})
-				if err != nil {
-					b.Fatal(err)
-				}
+				l := newHarness(b, enforceRestored(), withRuntime(rt), withStore(s)).loop
 				rep, err := l.Restore(ctx)
 				if err != nil {
 					b.Fatal(err)

@@ -32,7 +32,7 @@ func TestRetryRestoreOffLoop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			// from before the restart: a record and its running sandbox
 			h.rt.addSandbox("s-old", "old", 0, true, time.Unix(1, 0))
 			old := newPod("old", 0, pod.Burstable, false)
@@ -129,7 +129,7 @@ func TestRetryRestoreOffLoop(t *testing.T) {
 // TestRetryRestoreOneAtATime: a second retry while one reads is refused,
 // and once the first is applied a retry runs again.
 func TestRetryRestoreOneAtATime(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.loop.ServeDegraded(errors.New("runtime down"))
 	h.start(t)
 	taken, release := h.rt.holdLists()

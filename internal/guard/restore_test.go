@@ -32,7 +32,7 @@ func TestRestoredRefusedEvicted(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := &fakeAPI{pods: map[string]pod.API{"be": {}}}
-	h := newRealHarnessWith(t, store, rt, time.Second, api, 512<<20) // under the 1Gi hard threshold
+	h := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(time.Second), withAPI(api), available(512<<20)) // under the 1Gi hard threshold
 
 	testutil.WaitFor(t, "the restored pod evicted", func() bool { return slices.Equal(h.kinds(), []evictor.Kind{evictor.KindEvict}) })
 	h.settled(t)
@@ -58,7 +58,7 @@ func TestRestoredRefusedEvicted(t *testing.T) {
 	// another restart, pressure still on: the recreation is refused by the
 	// re-admission guard, even Burstable (a BestEffort pod would be refused
 	// by the condition alone)
-	h2 := newRealHarnessWith(t, store, rt, time.Second, nil, 512<<20)
+	h2 := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(time.Second), available(512<<20))
 	_, err := h2.run(newPod("be", 1, pod.Burstable, false))
 	var refused *refusedError
 	if !errors.As(err, &refused) || refused.Reason != evictor.ReasonEvicted {
@@ -67,7 +67,7 @@ func TestRestoredRefusedEvicted(t *testing.T) {
 }
 
 func TestRestoreReconciles(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	t0 := time.Unix(5000, 0)
 	// a: checkpointed and running; b: checkpointed but gone; c: pending that
 	// containerd did create; d: running without record (adopted); e: pending never created.
@@ -109,7 +109,7 @@ func TestRestoreUnderPressure(t *testing.T) {
 	for _, enforce := range []bool{true, false} {
 		name := map[bool]string{true: "enforce", false: "warn"}[enforce]
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, enforce)
+			h := newHarness(t, withConfig(func(c *Config) { c.EnforceRestored = enforce }))
 			h.ev.pressure.Store(true)
 			h.rt.addSandbox("s-be", "be", 0, true, time.Unix(1, 0))
 			h.rt.addSandbox("s-crit", "crit", 0, true, time.Unix(2, 0))
@@ -145,7 +145,7 @@ func TestRestoreUnderPressure(t *testing.T) {
 }
 
 func TestRestoreKeepsEvictionGuard(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.rt.addSandbox("s1", "p1", 0, false, time.Unix(1, 0))
 	h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
 	evicted := newPod("p1", 0, pod.Burstable, false)
@@ -187,7 +187,7 @@ func (h *harness) clockAt(t0 time.Time) *testClock {
 // one never shown is dropped by the first listing past pendingGrace. An
 // old pending record is dropped at once, as before.
 func TestRestoreKeepsRecentPendingUntilListed(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	t0 := time.Unix(50_000, 0)
 	clock := h.clockAt(t0)
 	for _, p := range []*pod.Pod{newPod("late", 0, pod.BestEffort, false), newPod("never", 0, pod.BestEffort, false), newPod("old", 0, pod.BestEffort, false)} {

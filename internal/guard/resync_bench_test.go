@@ -19,13 +19,7 @@ func benchLoop(b *testing.B, n int) (l *Loop, rt *fakeRuntime, stop func()) {
 	for i := range n {
 		rt.addSandbox(fmt.Sprintf("sb-%04d", i), fmt.Sprintf("u%d", i), 0, true, time.Unix(int64(i), 0))
 	}
-	l, err := New(Config{HousekeepingInterval: time.Hour}, Options{Runtime: rt, Store: newMemStore(), Evictor: &ruleEvictor{}, Log: testLog()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := l.Restore(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	l = newHarness(b, withRuntime(rt), restored()).loop
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()

@@ -126,7 +126,7 @@ func TestEventUpdatesOneSandbox(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 			h.rt.addSandbox("s2", "p2", 0, true, time.Unix(2, 0))
 			if _, err := h.loop.Restore(context.Background()); err != nil {
@@ -285,7 +285,7 @@ func TestStaleListing(t *testing.T) {
 	for _, src := range []listing{fromHousekeeping, fromBrokenStream} {
 		for _, tt := range tests {
 			t.Run(src.String()+"/"+tt.name, func(t *testing.T) {
-				h := newHarness(t, true)
+				h := newHarness(t, enforceRestored())
 				h.rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 				if _, err := h.loop.Restore(context.Background()); err != nil {
 					t.Fatal(err)
@@ -324,7 +324,7 @@ func TestSlowListDoesNotHoldTheLoop(t *testing.T) {
 		t.Run(src.String(), func(t *testing.T) {
 			rt := newFakeRuntime()
 			rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
-			h := newRealHarness(t, newMemStore(), rt, time.Second)
+			h := newRealHarness(t, withRuntime(rt), stopTimeout(time.Second))
 			taken, release := rt.holdLists()
 			defer release()
 			switch src {

@@ -27,7 +27,7 @@ func TestRetryOfCreatedSandbox(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.start(t)
 			p := newPod("u1", 0, pod.BestEffort, false)
 			if _, err := h.run(p.Clone(), runtimeproxy.Created("sb1")); err != nil {

@@ -34,7 +34,7 @@ func TestSuccessNamingNoSandboxStaysPending(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, true)
+			h := newHarness(t, enforceRestored())
 			h.start(t)
 			hook := server.SandboxHooks(h.loop, pod.CriticalRules{Mode: pod.ModeModern}, nil)[runtimeapi.RuntimeService_RunPodSandbox_FullMethodName]
 			raw, err := proto.Marshal(&runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
@@ -79,7 +79,7 @@ func TestSuccessNamingNoSandboxStaysPending(t *testing.T) {
 // pending: not ranked as ready, and completed by a listing that shows its
 // attempt's sandbox.
 func TestRestoredReadyRecordWithoutSandbox(t *testing.T) {
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	p := newPod("u1", 0, pod.Burstable, false)
 	p.State = pod.StateReady
 	if err := h.store.Put(checkpoint.Record{Pod: *p, State: pod.StateReady, Written: time.Now()}); err != nil {

@@ -154,11 +154,11 @@ func runSlowBench(b *testing.B, dir string) slowBenchRun {
 	}
 
 	start := time.Now()
-	h := newRealHarnessOn(b, cs, rt, Config{
-		HousekeepingInterval: time.Hour, EnforceRestored: true, StopTimeout: 10 * time.Second,
-		// config.DefaultFastPoll: near the threshold the loop polls
-		FastPoll: FastPoll{Interval: 10 * time.Millisecond, Watch: 200 * time.Millisecond, Margin: 256 << 20},
-	}, nil, 3<<30, quietLog())
+	h := newRealHarness(b, withStore(cs), withRuntime(rt), stopTimeout(10*time.Second), withLog(quietLog()),
+		withConfig(func(c *Config) {
+			// config.DefaultFastPoll: near the threshold the loop polls
+			c.FastPoll = FastPoll{Interval: 10 * time.Millisecond, Watch: 200 * time.Millisecond, Margin: 256 << 20}
+		}))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := h.loop.Flush(ctx); err != nil {

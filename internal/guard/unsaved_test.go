@@ -16,7 +16,7 @@ import (
 // err, on a test clock at t0, and runs the loop.
 func unsavedHarness(t *testing.T, n int, err error, t0 time.Time) (*harness, *testClock) {
 	t.Helper()
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	clock := h.clockAt(t0)
 	for i := range n {
 		h.rt.addSandbox(fmt.Sprintf("s%d", i), fmt.Sprintf("p%d", i), 0, true, t0.Add(-time.Hour))

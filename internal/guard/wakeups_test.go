@@ -108,11 +108,8 @@ func TestReloadRearmsNotifiers(t *testing.T) {
 	old, lower := thresholds(t, "150Mi"), thresholds(t, "300Mi")
 	rt, ev := newFakeRuntime(), &ruleEvictor{}
 	var passes sync.WaitGroup
-	l, err := New(Config{HousekeepingInterval: time.Hour, Wakeups: Wakeups{Notifiers: f.notifiers, Thresholds: old}},
-		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog(), Watchdog: func() { passes.Done() }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newHarness(t, withConfig(func(c *Config) { c.Wakeups = Wakeups{Notifiers: f.notifiers, Thresholds: old} }),
+		withRuntime(rt), withEvictor(ev), withOptions(func(o *Options) { o.Watchdog = func() { passes.Done() } })).loop
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
@@ -181,7 +178,7 @@ func TestNoNotificationSaidOnce(t *testing.T) {
 		calls++
 		return nil, pressure.ErrNoMemcgNotification
 	}
-	h := newHarness(t, true)
+	h := newHarness(t, enforceRestored())
 	h.loop.cfg.Wakeups = Wakeups{Notifiers: notifiers, Thresholds: thresholds(t, "150Mi")}
 	h.start(t)
 	for _, v := range []string{"200Mi", "250Mi"} {
@@ -206,12 +203,10 @@ func TestTickRelevelsNotifiers(t *testing.T) {
 	f := &notifierFactory{near: true}
 	sample := pressure.NodeSample{HasAllocatable: true, AllocatableCapacityBytes: 1 << 30, AllocatableInactiveFileBytes: 7 << 20}
 	rt, ev := newFakeRuntime(), &ruleEvictor{sample: sample}
-	l, err := New(Config{HousekeepingInterval: 20 * time.Millisecond, Wakeups: Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")}},
-		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	l := newHarness(t, withConfig(func(c *Config) {
+		c.HousekeepingInterval = 20 * time.Millisecond
+		c.Wakeups = Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")}
+	}), withRuntime(rt), withEvictor(ev), running()).loop
 	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	n := f.last()
 	testutil.WaitFor(t, "3 relevels", func() bool { return len(n.relevelled()) >= 3 })
@@ -229,12 +224,8 @@ func TestNotificationPassDoesNotRelevel(t *testing.T) {
 	f := &notifierFactory{near: true}
 	rt, ev := newFakeRuntime(), &ruleEvictor{sample: pressure.NodeSample{HasAllocatable: true}}
 	var passes sync.WaitGroup
-	l, err := New(Config{HousekeepingInterval: time.Hour, Wakeups: Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")}},
-		Options{Runtime: rt, Store: newMemStore(), Evictor: ev, Log: testLog(), Watchdog: func() { passes.Done() }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runLoop(t, l)
+	newHarness(t, withConfig(func(c *Config) { c.Wakeups = Wakeups{Notifiers: f.notifiers, Thresholds: thresholds(t, "150Mi")} }),
+		withRuntime(rt), withEvictor(ev), withOptions(func(o *Options) { o.Watchdog = func() { passes.Done() } }), running())
 	testutil.WaitFor(t, "the notifier to be armed", func() bool { return len(f.levels()) == 1 })
 	n := f.last()
 	passes.Add(1)

@@ -36,15 +36,9 @@ func BenchmarkLoopAdmission(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer cs.Close()
-			l, err := New(Config{HousekeepingInterval: time.Hour}, Options{Runtime: newFakeRuntime(), Store: slowStore{cs, delay}, Evictor: &ruleEvictor{}, Log: testLog()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { _ = l.Run(ctx); close(done) }()
-			defer func() { cancel(); <-done }()
+			b.Cleanup(func() { _ = cs.Close() }) // after the loop's end (cleanups run last first)
+			l := newHarness(b, withStore(slowStore{cs, delay}), running()).loop
+			ctx := context.Background()
 			b.ResetTimer()
 			for i := range b.N {
 				p := newPod(fmt.Sprintf("u%d", i%10), 0, pod.Burstable, false) // ten pods: publish stays cheap
@@ -72,10 +66,8 @@ func BenchmarkUnsavedPass(b *testing.B) {
 	store.err = errors.New("no space left on device")
 	clock := &testClock{}
 	clock.set(time.Unix(100_000, 0))
-	l, err := New(Config{HousekeepingInterval: 10 * time.Second}, Options{Runtime: newFakeRuntime(), Store: store, Evictor: &ruleEvictor{}, Log: testLog(), Now: clock.now})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := newHarness(b, withConfig(func(c *Config) { c.HousekeepingInterval = 10 * time.Second }), withStore(store),
+		withOptions(func(o *Options) { o.Now = clock.now })).loop
 	for i := range records {
 		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
 		p.State, p.SandboxID = pod.StateReady, fmt.Sprintf("s%d", i)

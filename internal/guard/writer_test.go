@@ -121,7 +121,7 @@ func TestSlowStoreDoesNotHoldTheLoop(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.addSandbox("s1", "p1", 0, true, time.Unix(1, 0))
 	store := newMemStore()
-	h := newRealHarness(t, store, rt, time.Second)
+	h := newRealHarness(t, withStore(store), withRuntime(rt), stopTimeout(time.Second))
 	release := store.hold()
 	defer release()
 
