@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/admin"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestRunServesWithBrokenParts: a metrics port another process holds (any
@@ -57,21 +57,11 @@ func TestRunServesWithBrokenParts(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	waitUntil := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("not within 30s: %s", what)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
 
 	// the metrics port freed: served, saying what else is degraded
 	held.Close()
 	var m string
-	waitUntil("metrics served once the port is free", func() bool { m = scrape(); return m != "" })
+	testutil.WaitFor(t, "metrics served once the port is free", func() bool { m = scrape(); return m != "" })
 	for _, want := range []string{`cri_guard_degraded{part="admin socket"} 1`, `cri_guard_degraded{part="api"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -84,7 +74,7 @@ func TestRunServesWithBrokenParts(t *testing.T) {
 	// the admin socket freed: status served, the API still missing
 	adminHolder.Close()
 	var st admin.Status
-	waitUntil("status served once the admin socket is free", func() bool {
+	testutil.WaitFor(t, "status served once the admin socket is free", func() bool {
 		st, err = admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
 		return err == nil
 	})
@@ -104,7 +94,7 @@ func TestRunServesWithBrokenParts(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil("no degraded part once the kubeconfig exists", func() bool {
+	testutil.WaitFor(t, "no degraded part once the kubeconfig exists", func() bool {
 		st, err = admin.Fetch(context.Background(), d.opts.Config.AdminSocket)
 		return err == nil && len(st.Problems) == 0
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/cri-guard/cri-guard/internal/admin"
 	"github.com/cri-guard/cri-guard/internal/config"
 	"github.com/cri-guard/cri-guard/internal/pressure"
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 func TestReload(t *testing.T) {
@@ -117,12 +118,8 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for hardValue() != "1Gi" {
-		if time.Now().After(deadline) {
-			t.Fatalf("threshold still %q after SIGHUP", hardValue())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Within(testutil.Bound, func() bool { return hardValue() == "1Gi" }) {
+		t.Fatalf("threshold still %q after SIGHUP", hardValue())
 	}
 	// The CRI socket still serves after the reload.
 	d.runPod(t, "after-reload")

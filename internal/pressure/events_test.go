@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 // TestMemoryEventsWatcherFires changes a memory.events.local file as the
@@ -36,26 +38,22 @@ func TestMemoryEventsWatcherFires(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx, func() { fired.Add(1) }) }()
-	waitFor := func(want int32) {
+	waitFired := func(want int32) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for fired.Load() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("fired %d times, want %d", fired.Load(), want)
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testutil.Within(testutil.Bound, func() bool { return fired.Load() >= want }) {
+			t.Fatalf("fired %d times, want %d", fired.Load(), want)
 		}
 	}
 	time.Sleep(50 * time.Millisecond) // the watch is armed
 	write("low 0\nhigh 0\nmax 1\noom 0\noom_kill 0\n")
-	waitFor(1)
+	waitFired(1)
 	write("low 0\nhigh 0\nmax 1\noom 0\noom_kill 0\n") // no change
 	time.Sleep(50 * time.Millisecond)
 	if n := fired.Load(); n != 1 {
 		t.Errorf("an unchanged file fired: %d wake-ups", n)
 	}
 	write("low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n")
-	waitFor(2)
+	waitFired(2)
 	// the cgroup goes away and comes back: watched again
 	if err := os.Remove(file); err != nil {
 		t.Fatal(err)
@@ -64,7 +62,7 @@ func TestMemoryEventsWatcherFires(t *testing.T) {
 	write("low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
 	time.Sleep(100 * time.Millisecond)
 	write("low 0\nhigh 0\nmax 5\noom 0\noom_kill 0\n")
-	waitFor(3)
+	waitFired(3)
 	cancel()
 	select {
 	case err := <-done:

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/internal/testutil"
 )
 
 func memcgThreshold(t *testing.T) Threshold {
@@ -190,16 +192,16 @@ func TestMemcgNotifierRelevel(t *testing.T) {
 	}
 	waitLevel := func(want int64) *os.File {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if cur, ev := registered(); cur == want && ev != nil {
-				return ev
-			}
-			time.Sleep(5 * time.Millisecond)
+		var ev *os.File
+		if !testutil.Within(testutil.Bound, func() bool {
+			var cur int64
+			cur, ev = registered()
+			return cur == want && ev != nil
+		}) {
+			cur, _ := registered()
+			t.Fatalf("registered level %d, want %d", cur, want)
 		}
-		cur, _ := registered()
-		t.Fatalf("registered level %d, want %d", cur, want)
-		return nil
+		return ev
 	}
 	nr := runNotifier(t, n)
 	first := waitLevel(64 << 20) // from the files: 1Gi - 200Mi - 760Mi

@@ -18,16 +18,23 @@ import (
 // test.
 const Bound = 30 * time.Second
 
-// poll is how often a condition is looked at again.
-const poll = 2 * time.Millisecond
+// firstPoll and lastPoll space the looks at a condition: soon after the
+// first (most conditions hold within milliseconds), then further apart, up
+// to lastPoll (some conditions cost an HTTP request or a call to a loop).
+const (
+	firstPoll = time.Millisecond
+	lastPoll  = 50 * time.Millisecond
+)
 
 // Within looks at cond until it holds or d has passed, and says whether it
 // held: for a test whose own check is that something happens within d.
 func Within(d time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(poll) {
+	deadline := time.Now().Add(d)
+	for wait := firstPoll; !cond(); wait = min(2*wait, lastPoll) {
 		if time.Now().After(deadline) {
 			return false
 		}
+		time.Sleep(wait)
 	}
 	return true
 }
