@@ -32,7 +32,7 @@ import (
 type apicostOptions struct {
 	Kubeconfig      string
 	RuntimeEndpoint string
-	Binaries        []namedBinary
+	Binaries        []NamedBinary
 	Node            string
 	Namespace       string
 	Pods            int
@@ -43,16 +43,16 @@ type apicostOptions struct {
 	Keep            bool
 }
 
-// namedBinary is one cri-guard binary measured, with its name in the table.
-type namedBinary struct{ name, path string }
+// NamedBinary is one cri-guard binary measured, with its name in the table.
+type NamedBinary struct{ Name, Path string }
 
 // binaryFlags collects --binary name=path flags.
-type binaryFlags []namedBinary
+type binaryFlags []NamedBinary
 
 func (b *binaryFlags) String() string {
 	var s []string
 	for _, x := range *b {
-		s = append(s, x.name+"="+x.path)
+		s = append(s, x.Name+"="+x.Path)
 	}
 	return strings.Join(s, ",")
 }
@@ -62,7 +62,7 @@ func (b *binaryFlags) Set(v string) error {
 	if !ok || name == "" || path == "" {
 		return fmt.Errorf("want name=path, got %q", v)
 	}
-	*b = append(*b, namedBinary{name, path})
+	*b = append(*b, NamedBinary{name, path})
 	return nil
 }
 
@@ -79,7 +79,7 @@ func (b *binaryFlags) Set(v string) error {
 // median per binary of CPU per update ((patch window - idle window) /
 // patches), idle CPU and memory; it returns the exit code.
 func apicostMain(args []string) int {
-	return subcommand("apicost", args, parseApicostFlags, apicost)
+	return Subcommand("apicost", args, parseApicostFlags, apicost)
 }
 
 func parseApicostFlags(args []string, stderr io.Writer) (apicostOptions, error) {
@@ -165,11 +165,11 @@ func apicost(ctx context.Context, o apicostOptions, log *logrus.Entry, out io.Wr
 			slices.Reverse(order)
 		}
 		for _, b := range order {
-			r, err := apicostMeasure(ctx, cs, o, b, filepath.Join(workDir, fmt.Sprintf("%d-%s", round, b.name)), &seq, log)
+			r, err := apicostMeasure(ctx, cs, o, b, filepath.Join(workDir, fmt.Sprintf("%d-%s", round, b.Name)), &seq, log)
 			if err != nil {
-				return fmt.Errorf("%s, round %d: %w", b.name, round+1, err)
+				return fmt.Errorf("%s, round %d: %w", b.Name, round+1, err)
 			}
-			log.WithFields(logrus.Fields{"binary": b.name, "round": round + 1, "per_update": r.perUpdate(),
+			log.WithFields(logrus.Fields{"binary": b.Name, "round": round + 1, "per_update": r.perUpdate(),
 				"idle_cpu": r.idleCPU, "patch_cpu": r.patchCPU, "patches": r.patches, "vmhwm_kib": r.hwm}).Info("measured")
 			runs = append(runs, r)
 		}
@@ -200,7 +200,7 @@ func apicostSetup(ctx context.Context, cs kubernetes.Interface, o apicostOptions
 		if i == 120 {
 			return fmt.Errorf("service account default in %q: %w", o.Namespace, err)
 		}
-		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 500*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -256,20 +256,20 @@ func apicostTeardown(cs kubernetes.Interface, o apicostOptions, log *logrus.Entr
 }
 
 // apicostMeasure runs one binary once.
-func apicostMeasure(ctx context.Context, cs kubernetes.Interface, o apicostOptions, b namedBinary, dir string, seq *int, log *logrus.Entry) (apicostRun, error) {
-	r := apicostRun{binary: b.name}
+func apicostMeasure(ctx context.Context, cs kubernetes.Interface, o apicostOptions, b NamedBinary, dir string, seq *int, log *logrus.Entry) (apicostRun, error) {
+	r := apicostRun{binary: b.Name}
 	if err := apicostFiles(o, dir); err != nil {
 		return r, err
 	}
 	adminSock := filepath.Join(dir, "admin.sock")
 	start := time.Now()
-	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + filepath.Join(dir, "config.yaml")},
-		b.path, nil, dir, log.WithField("binary", b.name))
+	p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + filepath.Join(dir, "config.yaml")},
+		b.Path, nil, dir, log.WithField("binary", b.Name))
 	if err != nil {
 		return r, err
 	}
 	defer func() {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			log.WithError(err).Warn("stop cri-guard")
 		}
 	}()
@@ -283,36 +283,36 @@ func apicostMeasure(ctx context.Context, cs kubernetes.Interface, o apicostOptio
 		if time.Since(start) > 2*time.Minute {
 			return r, fmt.Errorf("cri-guard's pod cache not synced after 2 minutes (status: %+v, %v; log %s)", st.API, err, filepath.Join(dir, "cri-guard.log"))
 		}
-		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 100*time.Millisecond); err != nil {
 			return r, err
 		}
 	}
 	r.syncAfter = time.Since(start)
-	if err := sleepCtx(ctx, o.Settle); err != nil {
+	if err := SleepCtx(ctx, o.Settle); err != nil {
 		return r, err
 	}
-	s0, err := readProcStats(p.pid)
+	s0, err := ReadProcStats(p.PID)
 	if err != nil {
 		return r, err
 	}
-	r.rssSynced = s0.rssKiB
-	if err := sleepCtx(ctx, o.Window); err != nil {
+	r.rssSynced = s0.RSSKiB
+	if err := SleepCtx(ctx, o.Window); err != nil {
 		return r, err
 	}
-	s1, err := readProcStats(p.pid)
+	s1, err := ReadProcStats(p.PID)
 	if err != nil {
 		return r, err
 	}
-	r.idleCPU = s1.cpu - s0.cpu
+	r.idleCPU = s1.CPU - s0.CPU
 	r.patches, err = patchPods(ctx, cs, o, seq)
 	if err != nil {
 		return r, err
 	}
-	s2, err := readProcStats(p.pid)
+	s2, err := ReadProcStats(p.PID)
 	if err != nil {
 		return r, err
 	}
-	r.patchCPU, r.rssAfter, r.hwm = s2.cpu-s1.cpu, s2.rssKiB, s2.hwmKiB
+	r.patchCPU, r.rssAfter, r.hwm = s2.CPU-s1.CPU, s2.RSSKiB, s2.HWMKiB
 	return r, nil
 }
 
@@ -419,12 +419,12 @@ func apicostReport(out io.Writer, o apicostOptions, runs []apicostRun) error {
 	for _, b := range o.Binaries {
 		var rs []apicostRun
 		for _, r := range runs {
-			if r.binary == b.name {
+			if r.binary == b.Name {
 				rs = append(rs, r)
 			}
 		}
 		idle := medianOf(rs, func(r apicostRun) float64 { return r.idleCPU.Seconds() })
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\n", b.name, len(rs),
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\n", b.Name, len(rs),
 			medianOf(rs, func(r apicostRun) float64 { return float64(r.rssSynced) / 1024 }),
 			medianOf(rs, func(r apicostRun) float64 { return float64(r.rssAfter) / 1024 }),
 			medianOf(rs, func(r apicostRun) float64 { return float64(r.hwm) / 1024 }),

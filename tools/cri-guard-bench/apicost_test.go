@@ -24,7 +24,7 @@ func TestParseApicostFlags(t *testing.T) {
 	}{
 		{name: "two binaries in order", args: []string{"--kubeconfig", "/k", "--binary", "base=/a/cri-guard", "--binary", "new=/b/cri-guard"},
 			check: func(t *testing.T, o apicostOptions) {
-				if len(o.Binaries) != 2 || o.Binaries[0] != (namedBinary{"base", "/a/cri-guard"}) || o.Binaries[1].name != "new" {
+				if len(o.Binaries) != 2 || o.Binaries[0] != (NamedBinary{"base", "/a/cri-guard"}) || o.Binaries[1].Name != "new" {
 					t.Errorf("binaries %+v", o.Binaries)
 				}
 				if o.Pods != 1000 || o.Rate != 50 || o.Window != time.Minute || o.Rounds != 3 || o.Node != "storm-fake-node" {

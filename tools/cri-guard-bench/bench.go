@@ -76,7 +76,7 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		return fmt.Errorf("containerd at %q: %w", o.RuntimeEndpoint, err)
 	}
 	if o.CleanupRun != "" {
-		return errors.Join(cleanup(direct.rt, o.CleanupRun, log), removePodCgroups(o.CgroupRoot, o.CleanupRun))
+		return errors.Join(Cleanup(direct.rt, o.CleanupRun, log), removePodCgroups(o.CgroupRoot, o.CleanupRun))
 	}
 	log.WithFields(logrus.Fields{"runtime": v.RuntimeName, "runtime_version": v.RuntimeVersion}).Info("runtime reachable")
 
@@ -107,11 +107,11 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 			return err
 		}
 		defer func() {
-			if serr := px.stop(); serr != nil {
+			if serr := px.Stop(); serr != nil {
 				log.WithError(serr).Warn("stop cri-guard")
 			}
 		}()
-		pconn, s, err := dial(px.endpoint)
+		pconn, s, err := dial(px.Endpoint)
 		if err != nil {
 			return err
 		}
@@ -121,14 +121,14 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		_, err = s.rt.Version(wctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
 		wcancel()
 		if err != nil {
-			return fmt.Errorf("cri-guard at %q: %w", px.endpoint, err)
+			return fmt.Errorf("cri-guard at %q: %w", px.Endpoint, err)
 		}
 		sides = append(sides, s)
 		label := spec.label
 		if spec.env != "" {
 			label += " (" + spec.env + ")"
 		}
-		res.proxies = append(res.proxies, &proxyResult{label: label, pid: px.pid})
+		res.proxies = append(res.proxies, &proxyResult{label: label, pid: px.PID})
 	}
 	time.Sleep(time.Second)
 	for _, p := range res.proxies {
@@ -136,13 +136,13 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		if err != nil {
 			return err
 		}
-		p.rssIdle = ps.rssKiB
+		p.rssIdle = ps.RSSKiB
 	}
 
 	runID := strconv.FormatInt(time.Now().Unix(), 36)
 	log.WithField("run_id", runID).Info("creating workload (remove leftovers with --cleanup-run)")
 	defer func() {
-		cerr := cleanup(direct.rt, runID, log)
+		cerr := Cleanup(direct.rt, runID, log)
 		if cgErr := removePodCgroups(o.CgroupRoot, runID); cgErr != nil {
 			log.WithError(cgErr).Warn("remove pod cgroups")
 		}
@@ -210,7 +210,7 @@ func benchmark(ctx context.Context, o benchOptions, log *logrus.Entry, out io.Wr
 		if err != nil {
 			return err
 		}
-		p.rssLoad = ps.rssKiB
+		p.rssLoad = ps.RSSKiB
 	}
 	report(out, o, res)
 	return nil
@@ -222,14 +222,14 @@ func cpuOf(ps []*proxyResult) []time.Duration {
 	out := make([]time.Duration, len(ps))
 	for i, p := range ps {
 		s, _ := statsOf(p.pid)
-		out[i] = s.cpu
+		out[i] = s.CPU
 	}
 	return out
 }
 
-func statsOf(pid int) (procStats, error) {
+func statsOf(pid int) (ProcStats, error) {
 	if pid == 0 {
-		return procStats{}, nil
+		return ProcStats{}, nil
 	}
-	return readProcStats(pid)
+	return ReadProcStats(pid)
 }

@@ -22,25 +22,25 @@ func TestPercentile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(ds, tt.p); got != tt.want {
+			if got := Percentile(ds, tt.p); got != tt.want {
 				t.Errorf("percentile(%v) = %v, want %v", tt.p, got, tt.want)
 			}
 		})
 	}
-	if percentile(nil, 50) != 0 {
+	if Percentile(nil, 50) != 0 {
 		t.Error("percentile of no samples should be 0")
 	}
 }
 
 func TestReadProcStatsSelf(t *testing.T) {
-	ps, err := readProcStats(os.Getpid())
+	ps, err := ReadProcStats(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps.rssKiB <= 0 || ps.hwmKiB < ps.rssKiB {
-		t.Errorf("VmRSS = %d KiB, VmHWM = %d KiB", ps.rssKiB, ps.hwmKiB)
+	if ps.RSSKiB <= 0 || ps.HWMKiB < ps.RSSKiB {
+		t.Errorf("VmRSS = %d KiB, VmHWM = %d KiB", ps.RSSKiB, ps.HWMKiB)
 	}
-	if _, err := readProcStats(-1); err == nil {
+	if _, err := ReadProcStats(-1); err == nil {
 		t.Error("no error for a missing pid")
 	}
 }

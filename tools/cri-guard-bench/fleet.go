@@ -17,7 +17,7 @@ import (
 
 // fleetOptions are the settings of `cri-guard-bench fleet`.
 type fleetOptions struct {
-	Binaries      []namedBinary // old, then new
+	Binaries      []NamedBinary // old, then new
 	Nodes         int
 	Pods          int
 	Quiet         time.Duration
@@ -80,15 +80,15 @@ func parseFleetFlags(args []string, stderr io.Writer) (fleetOptions, error) {
 	case o.Quiet <= 0 || o.After <= 0 || o.RestartWindow <= 0 || o.Down < 0:
 		return o, errors.New("--quiet, --after and --restart-window must be positive")
 	}
-	for _, b := range []namedBinary{{"old", *old}, {"new", *nw}} {
-		p, err := filepath.Abs(b.path)
+	for _, b := range []NamedBinary{{"old", *old}, {"new", *nw}} {
+		p, err := filepath.Abs(b.Path)
 		if err != nil {
 			return o, err
 		}
 		if st, err := os.Stat(p); err != nil || st.IsDir() {
-			return o, fmt.Errorf("--%s %q: not a file", b.name, b.path)
+			return o, fmt.Errorf("--%s %q: not a file", b.Name, b.Path)
 		}
-		o.Binaries = append(o.Binaries, namedBinary{b.name, p})
+		o.Binaries = append(o.Binaries, NamedBinary{b.Name, p})
 	}
 	var err error
 	if o.Mkcerts, err = filepath.Abs(o.Mkcerts); err != nil {
@@ -111,7 +111,7 @@ func parseFleetFlags(args []string, stderr io.Writer) (fleetOptions, error) {
 // fleetMain is `cri-guard-bench fleet`: what a fleet of cri-guard daemons
 // costs a real kube-apiserver, two binaries side by side (docs/fleet-benchmark.md).
 func fleetMain(args []string) int {
-	return subcommand("fleet", args, parseFleetFlags, fleet)
+	return Subcommand("fleet", args, parseFleetFlags, fleet)
 }
 
 // fleetResult is the JSON output (--out).
@@ -145,10 +145,10 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	var names []string
 	for _, b := range o.Binaries {
 		for i := range o.Nodes {
-			n := &fleetNode{name: fmt.Sprintf("%s-%d", b.name, i), fleet: b.name}
+			n := &fleetNode{name: fmt.Sprintf("%s-%d", b.Name, i), fleet: b.Name}
 			n.dir = filepath.Join(o.Dir, "nodes", n.name)
 			nodes = append(nodes, n)
-			byFleet[b.name] = append(byFleet[b.name], n)
+			byFleet[b.Name] = append(byFleet[b.Name], n)
 			names = append(names, n.name)
 		}
 	}
@@ -182,7 +182,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		if err != nil {
 			return err
 		}
-		proxies[b.name] = p
+		proxies[b.Name] = p
 	}
 	defer func() {
 		for _, p := range proxies {
@@ -225,16 +225,16 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 			}
 		}
 	}
-	cpu0, err := readProcStats(c.api.pid())
+	cpu0, err := ReadProcStats(c.api.pid())
 	if err != nil {
 		return err
 	}
 	endPhase := func(name string, back time.Time, cpuBefore time.Duration) error {
-		st, err := readProcStats(c.api.pid())
+		st, err := ReadProcStats(c.api.pid())
 		if err != nil {
 			return err
 		}
-		p := fleetPhase{Name: name, Start: mark, End: time.Now(), Back: back, CPUSeconds: (cpuBefore + st.cpu - cpu0.cpu).Seconds(), Bytes: map[string]byteCount{}}
+		p := fleetPhase{Name: name, Start: mark, End: time.Now(), Back: back, CPUSeconds: (cpuBefore + st.CPU - cpu0.CPU).Seconds(), Bytes: map[string]byteCount{}}
 		for f, px := range proxies {
 			b := px.bytes()
 			p.Bytes[f] = b
@@ -251,7 +251,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 
 	binOf := map[string]string{}
 	for _, b := range o.Binaries {
-		binOf[b.name] = b.path
+		binOf[b.Name] = b.Path
 	}
 	if err := runParallel(nodes, 4, func(n *fleetNode) error {
 		if err := os.MkdirAll(n.dir, 0o750); err != nil {
@@ -264,7 +264,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	sampler := startFleetSampler(ctls, nodePIDs(nodes), log)
 	defer sampler.stop()
 	if err := runParallel(nodes, len(nodes), func(n *fleetNode) error {
-		if err := waitSynced(ctx, filepath.Join(n.dir, "admin.sock"), len(n.pods)); err != nil {
+		if err := WaitSynced(ctx, filepath.Join(n.dir, "admin.sock"), len(n.pods)); err != nil {
 			return fmt.Errorf("node %s: %w", n.name, err)
 		}
 		return nil
@@ -272,14 +272,14 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		return err
 	}
 	log.WithField("nodes", len(nodes)).WithField("took", time.Since(mark).Round(time.Second)).Info("every cri-guard synced")
-	if err := sleepCtx(ctx, o.Settle); err != nil {
+	if err := SleepCtx(ctx, o.Settle); err != nil {
 		return err
 	}
 	if err := endPhase("start", time.Time{}, 0); err != nil {
 		return err
 	}
 
-	if err := sleepCtx(ctx, o.Quiet); err != nil {
+	if err := SleepCtx(ctx, o.Quiet); err != nil {
 		return err
 	}
 	if err := endPhase("quiet", time.Time{}, 0); err != nil {
@@ -289,7 +289,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	var wave []*fleetNode
 	for _, b := range o.Binaries {
 		k := int(float64(o.Nodes)*o.WaveShare + 0.5)
-		wave = append(wave, byFleet[b.name][:k]...)
+		wave = append(wave, byFleet[b.Name][:k]...)
 	}
 	waveRes := make([]waveResult, len(wave))
 	_ = runParallel(wave, len(wave), func(n *fleetNode) error {
@@ -306,7 +306,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	if err := endPhase("wave", time.Time{}, 0); err != nil {
 		return err
 	}
-	if err := sleepCtx(ctx, o.After); err != nil {
+	if err := SleepCtx(ctx, o.After); err != nil {
 		return err
 	}
 	if err := endPhase("after", time.Time{}, 0); err != nil {
@@ -316,9 +316,9 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	stopAt := time.Now()
 	c.api.stop()
 	// the stopped server's CPU since the last phase, its shutdown included
-	before := c.api.cpu() - cpu0.cpu
+	before := c.api.cpu() - cpu0.CPU
 	log.WithField("took", time.Since(stopAt).Round(100*time.Millisecond)).WithField("exit", fmt.Sprint(c.api.err)).Info("kube-apiserver stopped")
-	if err := sleepCtx(ctx, o.Down); err != nil {
+	if err := SleepCtx(ctx, o.Down); err != nil {
 		return err
 	}
 	if err := c.startAPI(ctx); err != nil {
@@ -326,8 +326,8 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 	}
 	back := time.Now()
 	log.WithField("pid", c.api.pid()).Info("kube-apiserver ready again")
-	cpu0 = procStats{}
-	if err := sleepCtx(ctx, o.RestartWindow); err != nil {
+	cpu0 = ProcStats{}
+	if err := SleepCtx(ctx, o.RestartWindow); err != nil {
 		return err
 	}
 	if err := endPhase("restart", back, before); err != nil {
@@ -357,7 +357,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		reqs = append(reqs, r...)
 	}
 	markRelists(reqs)
-	fleets := []string{o.Binaries[0].name, o.Binaries[1].name}
+	fleets := []string{o.Binaries[0].Name, o.Binaries[1].Name}
 	res := fleetResult{Phases: diffBytes(phases), Wave: waveRes, Aggregate: aggregateFleet(reqs, phases, fleets)}
 	res.RSS = aggregateRSS(sampler.samples(), phases, fleets)
 	if o.Controller != "" {
@@ -373,7 +373,7 @@ func fleet(ctx context.Context, o fleetOptions, log *logrus.Entry, out io.Writer
 		cr.Latency = map[string]latencyStat{"applied": latencyOf(cr.Episodes, "applied"), "removed": latencyOf(cr.Episodes, "removed")}
 		res.Controller = cr
 	}
-	res.Options.Old, res.Options.New = o.Binaries[0].path, o.Binaries[1].path
+	res.Options.Old, res.Options.New = o.Binaries[0].Path, o.Binaries[1].Path
 	res.Options.Nodes, res.Options.Pods = o.Nodes, o.Pods
 	res.Options.Quiet, res.Options.After, res.Options.Down, res.Options.RestartWindow = o.Quiet.String(), o.After.String(), o.Down.String(), o.RestartWindow.String()
 	printFleet(out, o, res)

@@ -271,7 +271,7 @@ func waitUntil(ctx context.Context, d time.Duration, what string, p *fleetDaemon
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready after %s: %w", what, d, err)
 		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -182,7 +182,7 @@ func applyCtlManifests(ctx context.Context, c *fleetCluster, ms []ctlManifest) e
 			if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
 				return fmt.Errorf("%s: create %s %s: %w", m.file, gvk.Kind, m.obj.GetName(), err)
 			}
-			if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			if err := SleepCtx(ctx, 500*time.Millisecond); err != nil {
 				return err
 			}
 		}
@@ -430,8 +430,8 @@ type nodePID struct {
 func nodePIDs(nodes []*fleetNode) []nodePID {
 	var out []nodePID
 	for _, n := range nodes {
-		if n.guard != nil && n.guard.pid != 0 {
-			out = append(out, nodePID{n.fleet, n.guard.pid})
+		if n.guard != nil && n.guard.PID != 0 {
+			out = append(out, nodePID{n.fleet, n.guard.PID})
 		}
 	}
 	return out

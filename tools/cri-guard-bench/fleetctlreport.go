@@ -403,14 +403,14 @@ func printRSS(out io.Writer, gs map[string]rssStat) {
 		if g == "old" || g == "new" {
 			what = "a node's cri-guard, " + g
 		}
-		cells = append(cells, fmt.Sprintf("%s %s / %s (%d samples)", what, mib(s.Median), mib(s.Max), s.Samples))
+		cells = append(cells, fmt.Sprintf("%s %s / %s (%d samples)", what, MiB(s.Median), MiB(s.Max), s.Samples))
 	}
 	if len(cells) > 0 {
 		fmt.Fprintf(out, "  VmRSS MiB, median / max: %s\n", strings.Join(cells, "; "))
 	}
 }
 
-func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+func MiB(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
 // printLatency prints the condition→taint latencies.
 func printLatency(out io.Writer, c *ctlResult) {

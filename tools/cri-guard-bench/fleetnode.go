@@ -30,9 +30,9 @@ type fleetNode struct {
 	name, fleet string
 	dir         string
 	pods        []*corev1.Pod
-	stats       *fakeStatsTree
-	cri         *fakeCRI
-	guard       *proxy
+	stats       *StatsTree
+	cri         *CRI
+	guard       *Child
 	logPath     string
 }
 
@@ -82,7 +82,7 @@ func makeNodeObjects(ctx context.Context, cs kubernetes.Interface, n *fleetNode,
 		if err != nil {
 			return fmt.Errorf("create pod %s-%02d: %w", n.name, i, err)
 		}
-		p.Status = runningStatus(p, i, start)
+		p.Status = RunningStatus(p, i, start)
 		if p, err = cs.CoreV1().Pods(fleetNamespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("pod %q status: %w", p.Name, err)
 		}
@@ -94,16 +94,16 @@ func makeNodeObjects(ctx context.Context, cs kubernetes.Interface, n *fleetNode,
 // startFleetNode starts the node's fake runtime (a ready sandbox per pod)
 // and its cri-guard, with the node's own kubeconfig through proxyAddr.
 func startFleetNode(n *fleetNode, binary, proxyAddr, caFile, token string, log *logrus.Entry) error {
-	stats, err := newFakeStatsTree(filepath.Join(n.dir, "stats"))
+	stats, err := NewStatsTree(filepath.Join(n.dir, "stats"))
 	if err != nil {
 		return err
 	}
 	n.stats = stats
 	cfgs := make([]*runtimeapi.PodSandboxConfig, len(n.pods))
 	for i, p := range n.pods {
-		cfgs[i] = sandboxConfig(p)
+		cfgs[i] = SandboxConfig(p)
 	}
-	if n.cri, err = startFakeCRI(filepath.Join(n.dir, "cri.sock"), cfgs); err != nil {
+	if n.cri, err = StartCRI(filepath.Join(n.dir, "cri.sock"), cfgs); err != nil {
 		return err
 	}
 	kc := filepath.Join(n.dir, "kubeconfig")
@@ -123,13 +123,13 @@ psiTrigger: ""
 metricsAddress: "127.0.0.1:0"
 adminSocket: %s
 kubernetes: {kubeconfig: %s, nodeName: %s}
-`, filepath.Join(n.dir, "state"), stats.cgroup, stats.proc, filepath.Join(n.dir, "admin.sock"), kc, n.name)
+`, filepath.Join(n.dir, "state"), stats.Cgroup, stats.Proc, filepath.Join(n.dir, "admin.sock"), kc, n.name)
 	cfgPath := filepath.Join(n.dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return err
 	}
 	n.logPath = filepath.Join(n.dir, "cri-guard.log")
-	n.guard, err = startChild(benchOptions{RuntimeEndpoint: filepath.Join(n.dir, "cri.sock"),
+	n.guard, err = StartChild(benchOptions{RuntimeEndpoint: filepath.Join(n.dir, "cri.sock"),
 		ProxyArgs: "--config " + cfgPath + " --log-level info --log-format json"}, binary, nil, n.dir, log)
 	return err
 }
@@ -137,13 +137,13 @@ kubernetes: {kubeconfig: %s, nodeName: %s}
 // stop stops the node's cri-guard and fake runtime.
 func (n *fleetNode) stop(log *logrus.Entry) {
 	if n.guard != nil {
-		if err := n.guard.stop(); err != nil {
+		if err := n.guard.Stop(); err != nil {
 			log.WithError(err).WithField("node", n.name).Warn("stop cri-guard")
 		}
 		n.guard = nil
 	}
 	if n.cri != nil {
-		n.cri.stop()
+		n.cri.Stop()
 		n.cri = nil
 	}
 }
@@ -172,22 +172,22 @@ func fleetWave(ctx context.Context, cs kubernetes.Interface, n *fleetNode, thres
 		}
 		be = append(be, p)
 	}
-	tail := &logTail{path: n.logPath}
-	if _, err := tail.next(); err != nil {
+	tail := &LogTail{Path: n.logPath}
+	if _, err := tail.Next(); err != nil {
 		return fail(err)
 	}
-	if err := n.stats.setAvailable(threshold / 2); err != nil {
+	if err := n.stats.SetAvailable(threshold / 2); err != nil {
 		return fail(err)
 	}
-	far := func() error { return n.stats.setAvailable(12 << 30) }
+	far := func() error { return n.stats.SetAvailable(12 << 30) }
 	deadline := time.Now().Add(time.Minute)
 	for res.Evicted == "" {
-		lines, err := tail.next()
+		lines, err := tail.Next()
 		if err != nil {
 			return fail(errors.Join(err, far()))
 		}
 		for _, l := range lines {
-			if l.Msg == msgEvicting {
+			if l.Msg == MsgEvicting {
 				res.Evicted = l.PodUID
 				break
 			}
@@ -195,21 +195,21 @@ func fleetWave(ctx context.Context, cs kubernetes.Interface, n *fleetNode, thres
 		if res.Evicted == "" && time.Now().After(deadline) {
 			return fail(errors.Join(errors.New("no eviction within 1m of the pressure"), far()))
 		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return fail(errors.Join(err, far()))
 		}
 	}
 	if err := far(); err != nil {
 		return fail(err)
 	}
-	conn, err := grpc.NewClient("unix://"+n.guard.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+n.guard.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fail(err)
 	}
 	defer conn.Close()
 	rc := runtimeapi.NewRuntimeServiceClient(conn)
 	for _, p := range be {
-		c := sandboxConfig(p)
+		c := SandboxConfig(p)
 		c.Linux.CgroupParent = "/kubepods/besteffort/pod" + string(p.UID)
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		_, err := rc.RunPodSandbox(rctx, &runtimeapi.RunPodSandboxRequest{Config: c})

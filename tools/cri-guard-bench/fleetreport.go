@@ -32,7 +32,7 @@ var fleetRows = []fleetRow{
 // printFleet prints one table per phase and the restart's relist spread.
 func printFleet(out io.Writer, o fleetOptions, res fleetResult) {
 	fmt.Fprintf(out, "fleet: %d nodes per fleet, %d Running pods each; one kube-apiserver (watch cache on), audit at Metadata level\n", o.Nodes, o.Pods)
-	fmt.Fprintf(out, "  old = %s\n  new = %s\n", o.Binaries[0].path, o.Binaries[1].path)
+	fmt.Fprintf(out, "  old = %s\n  new = %s\n", o.Binaries[0].Path, o.Binaries[1].Path)
 	if c := res.Controller; c != nil {
 		fmt.Fprintf(out, "  controller = %s, %d replicas as processes (the Deployment's args but the kubeconfig and metrics address), each with its own token of %s\n", o.Controller, len(c.Replicas), ctlUser)
 		for _, r := range c.Replicas {

@@ -52,7 +52,7 @@ type idleOptions struct {
 // that each arms what it would on a node (memcg notification, fast poll's
 // watch), and their CPU time over the same interval; it returns the exit
 // code.
-func idleMain(args []string) int { return subcommand("idle", args, parseIdleFlags, idle) }
+func idleMain(args []string) int { return Subcommand("idle", args, parseIdleFlags, idle) }
 
 func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 	o := idleOptions{}
@@ -72,7 +72,7 @@ func parseIdleFlags(args []string, stderr io.Writer) (idleOptions, error) {
 		return o, err
 	}
 	var err error
-	o.Modes, err = parseModes(*modes)
+	o.Modes, err = ParseModes(*modes)
 	return o, err
 }
 
@@ -206,11 +206,11 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		return err
 	}
 	defer os.RemoveAll(workDir)
-	dom, err := newDomain(fmt.Sprintf("%s/idle-%d", o.CgroupRoot, os.Getpid()), 1<<30)
+	dom, err := NewDomain(fmt.Sprintf("%s/idle-%d", o.CgroupRoot, os.Getpid()), 1<<30)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, dom.remove()) }()
+	defer func() { err = errors.Join(err, dom.Remove()) }()
 	ro := raceOptions{Threshold: 200 << 20}
 	type idler struct{ label, mode, binary, env string }
 	var idlers []idler
@@ -243,16 +243,16 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			return err
 		}
-		p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath, ProxyEnv: id.env}, id.binary, nil, dir, log.WithField("mode", id.label))
+		p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath, ProxyEnv: id.env}, id.binary, nil, dir, log.WithField("mode", id.label))
 		if err != nil {
 			return err
 		}
 		defer func() {
-			if err := p.stop(); err != nil {
+			if err := p.Stop(); err != nil {
 				log.WithError(err).Warn("stop cri-guard")
 			}
 		}()
-		conn, c, err := dial(p.endpoint)
+		conn, c, err := dial(p.Endpoint)
 		if err != nil {
 			return err
 		}
@@ -263,18 +263,18 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		if err != nil {
 			return fmt.Errorf("mode %s: cri-guard not serving: %w", id.label, err)
 		}
-		pids[i] = p.pid
-		endpoints[i] = p.endpoint
+		pids[i] = p.PID
+		endpoints[i] = p.Endpoint
 	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(o.Settle):
 	}
-	before := make([]procStats, len(pids))
+	before := make([]ProcStats, len(pids))
 	beforeT := make([]threadStats, len(pids))
 	for i, pid := range pids {
-		if before[i], err = readProcStats(pid); err != nil {
+		if before[i], err = ReadProcStats(pid); err != nil {
 			return err
 		}
 		if beforeT[i], err = readThreadStats(pid); err != nil {
@@ -308,13 +308,13 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		}
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; CPU time in 10 ms ticks, on-CPU time from schedstat in ns, thread switches: every thread's context switches)\n", elapsed.Round(time.Second), dom.group)
+	fmt.Fprintf(tw, "idle CPU over %s (pods cgroup %s, 1Gi, empty; CPU time in 10 ms ticks, on-CPU time from schedstat in ns, thread switches: every thread's context switches)\n", elapsed.Round(time.Second), dom.Group)
 	if o.Relist > 0 {
 		fmt.Fprintf(tw, "each cri-guard was sent ListPodSandbox and ListContainers every %s meanwhile (the kubelet's PLEG relist): %v relists\n", o.Relist, relists)
 	}
 	fmt.Fprintln(tw, "mode\tCPU time (ticks)\t% of one core\ton-CPU ms (schedstat)\t% of one core\tthread switches/s\tVmRSS MiB\twake-ups (cri_guard_wakeups_total)\tconfig added to the shipped defaults")
 	for i, pid := range pids {
-		after, err := readProcStats(pid)
+		after, err := ReadProcStats(pid)
 		if err != nil {
 			return err
 		}
@@ -322,7 +322,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		if err != nil {
 			return err
 		}
-		cpu := after.cpu - before[i].cpu
+		cpu := after.CPU - before[i].CPU
 		onCPU := afterT.onCPU - beforeT[i].onCPU
 		switches := float64(afterT.switches-beforeT[i].switches) / elapsed.Seconds()
 		extra := strings.ReplaceAll(strings.TrimSpace(raceModes[idlers[i].mode]), "\n", "; ")
@@ -333,7 +333,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 			extra = "(none)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%.4f\t%.1f\t%.1f\t%s\t%s\n", idlers[i].label, cpu, 100*cpu.Seconds()/elapsed.Seconds(),
-			float64(onCPU)/1e6, 100*onCPU.Seconds()/elapsed.Seconds(), switches, float64(after.rssKiB)/1024,
+			float64(onCPU)/1e6, 100*onCPU.Seconds()/elapsed.Seconds(), switches, float64(after.RSSKiB)/1024,
 			wakeupCounts(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[i])), extra)
 	}
 	return tw.Flush()

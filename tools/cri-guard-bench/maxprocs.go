@@ -110,7 +110,7 @@ func parseSettings(s string, def int) ([]maxprocsSetting, error) {
 
 // maxprocsMain is `cri-guard-bench maxprocs`; it returns the exit code.
 func maxprocsMain(args []string) int {
-	return subcommand("maxprocs", args, parseMaxprocsFlags, maxprocs)
+	return Subcommand("maxprocs", args, parseMaxprocsFlags, maxprocs)
 }
 
 // maxprocsAPI is where the pods live: the in-process API or a real one.
@@ -222,40 +222,40 @@ func (u *updater) stop() {
 	u.end = time.Now()
 }
 
-// fakeStatsTree is the proc root the children read memory from.
-type fakeStatsTree struct {
-	proc, cgroup string
+// StatsTree is the proc root the children read memory from.
+type StatsTree struct {
+	Proc, Cgroup string
 }
 
-const maxprocsMemTotal = 16 << 30
+const memTotal = 16 << 30
 
-func newFakeStatsTree(dir string) (*fakeStatsTree, error) {
-	f := &fakeStatsTree{proc: filepath.Join(dir, "proc"), cgroup: filepath.Join(dir, "cgroup")}
-	for _, d := range []string{filepath.Join(f.proc, "pressure"), f.cgroup} {
+func NewStatsTree(dir string) (*StatsTree, error) {
+	f := &StatsTree{Proc: filepath.Join(dir, "proc"), Cgroup: filepath.Join(dir, "cgroup")}
+	for _, d := range []string{filepath.Join(f.Proc, "pressure"), f.Cgroup} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
 	psi := "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
-	if err := os.WriteFile(filepath.Join(f.proc, "pressure", "memory"), []byte(psi), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(f.Proc, "pressure", "memory"), []byte(psi), 0o644); err != nil {
 		return nil, err
 	}
-	return f, f.setAvailable(12 << 30)
+	return f, f.SetAvailable(12 << 30)
 }
 
-// setAvailable writes a meminfo whose MemAvailable is b bytes, by rename:
+// SetAvailable writes a meminfo whose MemAvailable is b bytes, by rename:
 // a reader sees the old file or the new one.
-func (f *fakeStatsTree) setAvailable(b int64) error {
-	_, _, err := f.setAvailableAt(b)
+func (f *StatsTree) SetAvailable(b int64) error {
+	_, _, err := f.SetAvailableAt(b)
 	return err
 }
 
-// setAvailableAt is setAvailable, with the times just before and just
+// SetAvailableAt is setAvailable, with the times just before and just
 // after the rename that put the new file in place.
-func (f *fakeStatsTree) setAvailableAt(b int64) (before, after time.Time, err error) {
-	p := filepath.Join(f.proc, "meminfo")
+func (f *StatsTree) SetAvailableAt(b int64) (before, after time.Time, err error) {
+	p := filepath.Join(f.Proc, "meminfo")
 	s := fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\nBuffers:        0 kB\nCached:         0 kB\n",
-		maxprocsMemTotal>>10, b>>10, b>>10)
+		memTotal>>10, b>>10, b>>10)
 	if err := os.WriteFile(p+".tmp", []byte(s), 0o644); err != nil {
 		return before, after, err
 	}
@@ -293,7 +293,7 @@ func maxprocs(ctx context.Context, o maxprocsOptions, log *logrus.Entry, out io.
 	if o.Binary, err = filepath.Abs(o.Binary); err != nil {
 		return err
 	}
-	stats, err := newFakeStatsTree(filepath.Join(workDir, "stats"))
+	stats, err := NewStatsTree(filepath.Join(workDir, "stats"))
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func maxprocs(ctx context.Context, o maxprocsOptions, log *logrus.Entry, out io.
 // until it has adopted every sandbox and listed the API's pods, measures
 // its CPU with the updates alone, then crosses the threshold o.Crossings
 // times.
-func runBlock(ctx context.Context, o maxprocsOptions, s maxprocsSetting, round int, api *maxprocsAPI, stats *fakeStatsTree,
+func runBlock(ctx context.Context, o maxprocsOptions, s maxprocsSetting, round int, api *maxprocsAPI, stats *StatsTree,
 	evicted map[string]bool, workDir string, log *logrus.Entry) (blockResult, error) {
 	res := blockResult{setting: s, round: round}
 	dir := filepath.Join(workDir, fmt.Sprintf("r%d-gomaxprocs%s", round, s.value))
@@ -355,16 +355,16 @@ func runBlock(ctx context.Context, o maxprocsOptions, s maxprocsSetting, round i
 	var cfgs []*runtimeapi.PodSandboxConfig
 	for _, p := range api.pods {
 		if !evicted[string(p.UID)] && len(cfgs) < o.Sandboxes {
-			cfgs = append(cfgs, sandboxConfig(p))
+			cfgs = append(cfgs, SandboxConfig(p))
 		}
 	}
 	res.sandboxes = len(cfgs)
 	criSock := filepath.Join(dir, "cri.sock")
-	cri, err := startFakeCRI(criSock, cfgs)
+	cri, err := StartCRI(criSock, cfgs)
 	if err != nil {
 		return res, err
 	}
-	defer cri.stop()
+	defer cri.Stop()
 	adminSock := filepath.Join(dir, "admin.sock")
 	cfg := fmt.Sprintf(`stateDir: %s
 cgroupRoot: %s
@@ -374,49 +374,49 @@ psiTrigger: ""
 metricsAddress: "127.0.0.1:0"
 adminSocket: %s
 kubernetes: {kubeconfig: %s, nodeName: %s}
-`, filepath.Join(dir, "state"), stats.cgroup, stats.proc, fmtBytes(o.Threshold), adminSock, api.kubeconfig, o.Node)
+`, filepath.Join(dir, "state"), stats.Cgroup, stats.Proc, FmtBytes(o.Threshold), adminSock, api.kubeconfig, o.Node)
 	cfgPath := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return res, err
 	}
-	if err := stats.setAvailable(12 << 30); err != nil {
+	if err := stats.SetAvailable(12 << 30); err != nil {
 		return res, err
 	}
 	start := time.Now()
-	p, err := startChild(benchOptions{RuntimeEndpoint: criSock, ProxyEnv: "GOMAXPROCS=" + s.value,
+	p, err := StartChild(benchOptions{RuntimeEndpoint: criSock, ProxyEnv: "GOMAXPROCS=" + s.value,
 		ProxyArgs: "--config " + cfgPath + " --log-level info --log-format json"}, o.Binary, nil, dir, log)
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			log.WithError(err).Warn("stop cri-guard")
 		}
 	}()
-	if err := waitSynced(ctx, adminSock, len(cfgs)); err != nil {
+	if err := WaitSynced(ctx, adminSock, len(cfgs)); err != nil {
 		return res, err
 	}
 	res.syncTook = time.Since(start)
-	if err := sleepCtx(ctx, o.Settle); err != nil {
+	if err := SleepCtx(ctx, o.Settle); err != nil {
 		return res, err
 	}
-	tail := &logTail{path: filepath.Join(dir, "cri-guard.log")}
-	if _, err := tail.next(); err != nil {
+	tail := &LogTail{Path: filepath.Join(dir, "cri-guard.log")}
+	if _, err := tail.Next(); err != nil {
 		return res, err
 	}
-	c0, err := readProcStats(p.pid)
+	c0, err := ReadProcStats(p.PID)
 	if err != nil {
 		return res, err
 	}
 	q0 := time.Now()
-	if err := sleepCtx(ctx, o.Quiet); err != nil {
+	if err := SleepCtx(ctx, o.Quiet); err != nil {
 		return res, err
 	}
-	c1, err := readProcStats(p.pid)
+	c1, err := ReadProcStats(p.PID)
 	if err != nil {
 		return res, err
 	}
-	res.quietCPU = cpuRate(c1.cpu-c0.cpu, time.Since(q0))
+	res.quietCPU = cpuRate(c1.CPU-c0.CPU, time.Since(q0))
 	t0 := time.Now()
 	for range o.Crossings {
 		lat, victim, err := crossing(ctx, o, stats, tail)
@@ -436,19 +436,19 @@ kubernetes: {kubeconfig: %s, nodeName: %s}
 		}
 		res.latencies = append(res.latencies, lat)
 	}
-	c2, err := readProcStats(p.pid)
+	c2, err := ReadProcStats(p.PID)
 	if err != nil {
 		return res, err
 	}
 	res.trialElapsed = time.Since(t0)
-	res.trialCPU = cpuRate(c2.cpu-c1.cpu, res.trialElapsed)
-	res.rssKiB = c2.rssKiB
+	res.trialCPU = cpuRate(c2.CPU-c1.CPU, res.trialElapsed)
+	res.rssKiB = c2.RSSKiB
 	return res, nil
 }
 
-// waitSynced waits until the child has listed the API's pods and adopted
+// WaitSynced waits until the child has listed the API's pods and adopted
 // the sandboxes.
-func waitSynced(ctx context.Context, adminSock string, sandboxes int) error {
+func WaitSynced(ctx context.Context, adminSock string, sandboxes int) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string
 	for {
@@ -468,7 +468,7 @@ func waitSynced(ctx context.Context, adminSock string, sandboxes int) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cri-guard not synced after 3m: %s", last)
 		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 200*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -480,54 +480,54 @@ func waitSynced(ctx context.Context, adminSock string, sandboxes int) error {
 // line, whose time (milliseconds) is compared with the moment the crossing
 // sample was in place. Memory is put back far from the threshold as soon as
 // the decision is seen, and the trial ends when the eviction is recorded.
-func crossing(ctx context.Context, o maxprocsOptions, stats *fakeStatsTree, tail *logTail) (time.Duration, string, error) {
+func crossing(ctx context.Context, o maxprocsOptions, stats *StatsTree, tail *LogTail) (time.Duration, string, error) {
 	// the spacing after the previous eviction (1 s) has passed; the phase
 	// of the fast poll's timer differs from trial to trial
-	if err := sleepCtx(ctx, time.Second+rand.N(500*time.Millisecond)); err != nil {
+	if err := SleepCtx(ctx, time.Second+rand.N(500*time.Millisecond)); err != nil {
 		return 0, "", err
 	}
-	if err := stats.setAvailable(o.Threshold + 128<<20); err != nil {
+	if err := stats.SetAvailable(o.Threshold + 128<<20); err != nil {
 		return 0, "", err
 	}
-	if err := sleepCtx(ctx, 400*time.Millisecond+rand.N(100*time.Millisecond)); err != nil {
+	if err := SleepCtx(ctx, 400*time.Millisecond+rand.N(100*time.Millisecond)); err != nil {
 		return 0, "", err
 	}
-	if _, err := tail.next(); err != nil {
+	if _, err := tail.Next(); err != nil {
 		return 0, "", err
 	}
 	// the sample is in place at some moment between the two times: the
 	// earlier is taken (a decision cannot come before it), and a trial
 	// whose rename took over a millisecond (the bench preempted) is not
 	// counted
-	crossed, placed, err := stats.setAvailableAt(o.Threshold - 256<<20)
+	crossed, placed, err := stats.SetAvailableAt(o.Threshold - 256<<20)
 	if err != nil {
 		return 0, "", err
 	}
 	skewed := placed.Sub(crossed) > time.Millisecond
-	far := func() error { return stats.setAvailable(12 << 30) }
+	far := func() error { return stats.SetAvailable(12 << 30) }
 	var decided time.Time
 	var victim string
 	deadline := crossed.Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		lines, err := tail.next()
+		lines, err := tail.Next()
 		if err != nil {
 			return 0, "", errors.Join(err, far())
 		}
 		for _, l := range lines {
 			switch {
-			case l.Msg == msgEvicting && decided.IsZero():
+			case l.Msg == MsgEvicting && decided.IsZero():
 				decided, victim = l.Time, l.PodUID
 				if err := far(); err != nil {
 					return 0, "", err
 				}
-			case l.Msg == msgEvicted && !decided.IsZero():
+			case l.Msg == MsgEvicted && !decided.IsZero():
 				if skewed {
 					return 0, victim, errSkewed
 				}
 				return decided.Sub(crossed), victim, nil
 			}
 		}
-		if err := sleepCtx(ctx, 2*time.Millisecond); err != nil {
+		if err := SleepCtx(ctx, 2*time.Millisecond); err != nil {
 			return 0, "", errors.Join(err, far())
 		}
 	}
@@ -543,8 +543,8 @@ func crossing(ctx context.Context, o maxprocsOptions, stats *fakeStatsTree, tail
 // errSkewed is a crossing whose moment is not known to a millisecond.
 var errSkewed = errors.New("the crossing sample took over 1ms to put in place")
 
-// sleepCtx sleeps d, or less if ctx ends (maxprocs and apicost).
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// SleepCtx sleeps d, or less if ctx ends (maxprocs and apicost).
+func SleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -562,7 +562,7 @@ func printMaxprocs(out io.Writer, o maxprocsOptions, apiWhat string, eventBytes 
 	fmt.Fprintf(out, "maxprocs: %d pods bound to node %s in %s (a watch event ~%d bytes), updated at %.1f/s (asked %.0f/s; %d failed, %d dropped); %d CPUs, Go's default GOMAXPROCS %d\n",
 		o.Pods, o.Node, apiWhat, eventBytes, float64(u.done.Load())/wall, o.UpdateRate, u.failed.Load(), u.dropped.Load(), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(out, "fast poll defaults (10ms near, 200ms watch, 256Mi margin); hard threshold memory.available < %s; per child: %s with the updates alone, then %d crossings from 128Mi above to 256Mi below; decision = the child's \"evicting pod\" log time (ms, truncated) - the moment before the rename that put the crossing sample in place (not counted: that rename took over 1ms)\n\n",
-		fmtBytes(o.Threshold), o.Quiet, o.Crossings)
+		FmtBytes(o.Threshold), o.Quiet, o.Crossings)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "GOMAXPROCS\tchildren\tdecisions\tmissed\tnot counted\tdecision ms median\tp90\tmax\tCPU s/s updates alone: mean (min-max)\tCPU s/s with crossings\tVmRSS MiB max")
 	for _, s := range o.Settings {

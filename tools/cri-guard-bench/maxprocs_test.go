@@ -23,20 +23,20 @@ func TestParseGuardLogLine(t *testing.T) {
 	tests := []struct {
 		name string
 		line string
-		want guardLogLine
+		want LogLine
 		ok   bool
 	}{
 		{"decision", `{"component":"evictor","level":"warning","msg":"evicting pod","pod":"maxprocs-0003","pod_uid":"u3","time":"2026-12-02T13:36:12.345Z"}`,
-			guardLogLine{Time: time.Date(2026, 12, 2, 13, 36, 12, 345e6, time.UTC), Msg: msgEvicting, Pod: "maxprocs-0003", PodUID: "u3"}, true},
+			LogLine{Time: time.Date(2026, 12, 2, 13, 36, 12, 345e6, time.UTC), Msg: MsgEvicting, Pod: "maxprocs-0003", PodUID: "u3"}, true},
 		{"other message", `{"level":"info","msg":"restore done","time":"2026-12-02T13:36:08.365+01:00"}`,
-			guardLogLine{Time: time.Date(2026, 12, 2, 13, 36, 8, 365e6, time.FixedZone("", 3600)), Msg: "restore done"}, true},
-		{"text format", `time="2026-12-02T13:36:12.345Z" level=warning msg="evicting pod"`, guardLogLine{}, false},
-		{"no time", `{"msg":"evicting pod"}`, guardLogLine{}, false},
-		{"empty", ``, guardLogLine{}, false},
+			LogLine{Time: time.Date(2026, 12, 2, 13, 36, 8, 365e6, time.FixedZone("", 3600)), Msg: "restore done"}, true},
+		{"text format", `time="2026-12-02T13:36:12.345Z" level=warning msg="evicting pod"`, LogLine{}, false},
+		{"no time", `{"msg":"evicting pod"}`, LogLine{}, false},
+		{"empty", ``, LogLine{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := parseGuardLogLine([]byte(tt.line))
+			got, ok := ParseLogLine([]byte(tt.line))
 			if ok != tt.ok || !got.Time.Equal(tt.want.Time) || got.Msg != tt.want.Msg || got.Pod != tt.want.Pod || got.PodUID != tt.want.PodUID {
 				t.Errorf("parseGuardLogLine = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
@@ -59,26 +59,26 @@ func TestLogTail(t *testing.T) {
 		}
 		f.Close()
 	}
-	msgs := func(ls []guardLogLine) string {
+	msgs := func(ls []LogLine) string {
 		var out []string
 		for _, l := range ls {
 			out = append(out, l.Msg)
 		}
 		return strings.Join(out, ",")
 	}
-	tail := &logTail{path: path}
+	tail := &LogTail{Path: path}
 	write(line("a") + line("b"))
 	half := line("c")
 	write(half[:10])
-	got, err := tail.next()
+	got, err := tail.Next()
 	if err != nil || msgs(got) != "a,b" {
 		t.Fatalf("first next = %q, %v; want a,b", msgs(got), err)
 	}
-	write(half[10:] + "not json\n" + line(msgEvicting))
-	if got, err = tail.next(); err != nil || msgs(got) != "c,"+msgEvicting {
+	write(half[10:] + "not json\n" + line(MsgEvicting))
+	if got, err = tail.Next(); err != nil || msgs(got) != "c,"+MsgEvicting {
 		t.Fatalf("second next = %q, %v; want the finished line and the next", msgs(got), err)
 	}
-	if got, err = tail.next(); err != nil || len(got) != 0 {
+	if got, err = tail.Next(); err != nil || len(got) != 0 {
 		t.Fatalf("third next = %q, %v; want nothing", msgs(got), err)
 	}
 }
@@ -223,7 +223,7 @@ func TestFakeAPIInformer(t *testing.T) {
 	if err := a.update(1); err != nil {
 		t.Fatal(err)
 	}
-	wait("update", func(p *corev1.Pod) bool { return p.Name == pods[1].Name && p.Annotations[updateAnnotation] == "1" })
+	wait("update", func(p *corev1.Pod) bool { return p.Name == pods[1].Name && p.Annotations[UpdateAnnotation] == "1" })
 	patch := `{"metadata":{"uid":"` + string(pods[0].UID) + `"},"status":{"phase":"Failed","reason":"Evicted","message":"m",` +
 		`"conditions":[{"type":"DisruptionTarget","status":"True","reason":"TerminationByKubelet"}]}}`
 	var out corev1.Pod
@@ -263,11 +263,11 @@ func TestFakeCRIAdoption(t *testing.T) {
 	p := benchPod(7, "n1")
 	p.UID = "uid-7"
 	sock := filepath.Join(t.TempDir(), "cri.sock")
-	f, err := startFakeCRI(sock, []*runtimeapi.PodSandboxConfig{sandboxConfig(p)})
+	f, err := StartCRI(sock, []*runtimeapi.PodSandboxConfig{SandboxConfig(p)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.stop)
+	t.Cleanup(f.Stop)
 	conn, c, err := dial(sock)
 	if err != nil {
 		t.Fatal(err)

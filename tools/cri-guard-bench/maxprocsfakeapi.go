@@ -117,7 +117,7 @@ func (a *fakeAPI) addPods(pods []*corev1.Pod) {
 		p.UID = types.UID(fmt.Sprintf("9f0c%04x-5b1e-4c3a-8d2f-%012x", i, a.rv))
 		p.ResourceVersion = strconv.FormatInt(a.rv, 10)
 		p.CreationTimestamp = metav1.NewTime(now.Truncate(time.Second))
-		p.Status = runningStatus(p, i, now)
+		p.Status = RunningStatus(p, i, now)
 		p.ManagedFields = managedFieldsOf(p, now)
 		k := p.Namespace + "/" + p.Name
 		a.pods[k] = p
@@ -135,7 +135,7 @@ func (a *fakeAPI) update(i int) error {
 	}
 	p := a.pods[a.byIndex[i%len(a.byIndex)]].DeepCopy()
 	a.seq++
-	p.Annotations[updateAnnotation] = strconv.Itoa(a.seq)
+	p.Annotations[UpdateAnnotation] = strconv.Itoa(a.seq)
 	a.store(p, "MODIFIED")
 	return nil
 }

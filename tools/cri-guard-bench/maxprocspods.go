@@ -15,9 +15,9 @@ import (
 // maxprocsNamespace holds the maxprocs pods.
 const maxprocsNamespace = "cri-guard-maxprocs"
 
-// updateAnnotation is the annotation the updater changes (50 times a
+// UpdateAnnotation is the annotation the updater changes (50 times a
 // second by default, each pod in turn).
-const updateAnnotation = "cri-guard-bench/update"
+const UpdateAnnotation = "cri-guard-bench/update"
 
 // benchPod is the i-th pod of the maxprocs run, bound to node: what a
 // Deployment's pod carries (labels, two containers with requests,
@@ -39,7 +39,7 @@ func benchPod(i int, node string) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: maxprocsNamespace,
 			Labels:      map[string]string{"app": fmt.Sprintf("maxprocs-%02d", i/50), "pod-template-hash": "6d9f7c8b5", "tier": "backend"},
-			Annotations: map[string]string{"kubernetes.io/config.source": "api", updateAnnotation: "0"},
+			Annotations: map[string]string{"kubernetes.io/config.source": "api", UpdateAnnotation: "0"},
 		},
 		Spec: corev1.PodSpec{
 			NodeName: node,
@@ -68,8 +68,8 @@ func benchPod(i int, node string) *corev1.Pod {
 	}
 }
 
-// runningStatus is the status a kubelet writes for a running pod.
-func runningStatus(p *corev1.Pod, i int, start time.Time) corev1.PodStatus {
+// RunningStatus is the status a kubelet writes for a running pod.
+func RunningStatus(p *corev1.Pod, i int, start time.Time) corev1.PodStatus {
 	t := metav1.NewTime(start.Truncate(time.Second))
 	ip := fmt.Sprintf("10.88.%d.%d", i/250, i%250+2)
 	st := corev1.PodStatus{
@@ -89,9 +89,9 @@ func runningStatus(p *corev1.Pod, i int, start time.Time) corev1.PodStatus {
 	return st
 }
 
-// sandboxConfig is the CRI sandbox of an API pod, as the kubelet makes it
+// SandboxConfig is the CRI sandbox of an API pod, as the kubelet makes it
 // (cgroupfs driver, Burstable).
-func sandboxConfig(p *corev1.Pod) *runtimeapi.PodSandboxConfig {
+func SandboxConfig(p *corev1.Pod) *runtimeapi.PodSandboxConfig {
 	uid := string(p.UID)
 	return &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: uid},

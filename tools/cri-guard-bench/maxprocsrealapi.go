@@ -96,7 +96,7 @@ func (a *realAPI) setup(ctx context.Context, n int) ([]*corev1.Pod, error) {
 				errs[i] = fmt.Errorf("create pod %q: %w", p.Name, err)
 				return
 			}
-			st := corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: out.ObjectMeta, Spec: out.Spec, Status: runningStatus(&out, i, start)}
+			st := corev1.Pod{TypeMeta: p.TypeMeta, ObjectMeta: out.ObjectMeta, Spec: out.Spec, Status: RunningStatus(&out, i, start)}
 			err = a.rc.Put().Namespace(maxprocsNamespace).Resource("pods").Name(p.Name).SubResource("status").Body(&st).Do(ctx).Into(&out)
 			if err != nil {
 				errs[i] = fmt.Errorf("pod %q status: %w", p.Name, err)
@@ -120,7 +120,7 @@ func (a *realAPI) update(ctx context.Context, i int) error {
 	seq := a.seq
 	a.mu.Unlock()
 	p := a.pods[i%len(a.pods)]
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{updateAnnotation: strconv.FormatInt(seq, 10)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{UpdateAnnotation: strconv.FormatInt(seq, 10)}}})
 	return a.rc.Patch(types.MergePatchType).Namespace(p.Namespace).Resource("pods").Name(p.Name).Body(patch).Do(ctx).Error()
 }
 

@@ -13,12 +13,12 @@ import (
 	apitest "k8s.io/cri-api/pkg/apis/testing"
 )
 
-// fakeCRI is the runtime the maxprocs children forward to: the cri-api
+// CRI is the runtime the maxprocs children forward to: the cri-api
 // FakeRuntimeService behind a real gRPC server on a unix socket, answering
 // what cri-guard's sync loop asks (listings, the verbose sandbox status that
 // adoption reads, container and sandbox stops, an event stream that stays
 // open). What is measured is cri-guard's scheduling, not containerd's.
-type fakeCRI struct {
+type CRI struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	f   *apitest.FakeRuntimeService
 	srv *grpc.Server
@@ -27,15 +27,15 @@ type fakeCRI struct {
 	configs map[string]*runtimeapi.PodSandboxConfig // by sandbox id
 }
 
-// startFakeCRI serves a fake runtime on path with a ready sandbox for
+// StartCRI serves a fake runtime on path with a ready sandbox for
 // each config.
-func startFakeCRI(path string, sandboxes []*runtimeapi.PodSandboxConfig) (*fakeCRI, error) {
+func StartCRI(path string, sandboxes []*runtimeapi.PodSandboxConfig) (*CRI, error) {
 	_ = os.Remove(path)
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("listen fake runtime %q: %w", path, err)
 	}
-	s := &fakeCRI{f: apitest.NewFakeRuntimeService(), configs: map[string]*runtimeapi.PodSandboxConfig{}}
+	s := &CRI{f: apitest.NewFakeRuntimeService(), configs: map[string]*runtimeapi.PodSandboxConfig{}}
 	for _, c := range sandboxes {
 		id, err := s.f.RunPodSandbox(context.Background(), c, "")
 		if err != nil {
@@ -50,17 +50,17 @@ func startFakeCRI(path string, sandboxes []*runtimeapi.PodSandboxConfig) (*fakeC
 	return s, nil
 }
 
-func (s *fakeCRI) stop() { s.srv.Stop() }
+func (s *CRI) Stop() { s.srv.Stop() }
 
-func (s *fakeCRI) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+func (s *CRI) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	return s.f.Version(ctx, r.GetVersion())
 }
 
-func (s *fakeCRI) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+func (s *CRI) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	return s.f.Status(ctx, r.GetVerbose())
 }
 
-func (s *fakeCRI) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+func (s *CRI) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	items, err := s.f.ListPodSandbox(ctx, r.GetFilter())
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ func (s *fakeCRI) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandb
 
 // PodSandboxStatus answers as containerd does with verbose set: the
 // sandbox's own config in the "info" JSON, from which adoption derives QoS.
-func (s *fakeCRI) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+func (s *CRI) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	resp, err := s.f.PodSandboxStatus(ctx, r.GetPodSandboxId(), r.GetVerbose())
 	if err != nil {
 		return nil, err
@@ -88,11 +88,11 @@ func (s *fakeCRI) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandbox
 	return resp, nil
 }
 
-func (s *fakeCRI) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+func (s *CRI) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	return &runtimeapi.StopPodSandboxResponse{}, s.f.StopPodSandbox(ctx, r.GetPodSandboxId())
 }
 
-func (s *fakeCRI) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+func (s *CRI) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	items, err := s.f.ListContainers(ctx, r.GetFilter())
 	if err != nil {
 		return nil, err
@@ -100,18 +100,18 @@ func (s *fakeCRI) ListContainers(ctx context.Context, r *runtimeapi.ListContaine
 	return &runtimeapi.ListContainersResponse{Containers: items}, nil
 }
 
-func (s *fakeCRI) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+func (s *CRI) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	return &runtimeapi.StopContainerResponse{}, s.f.StopContainer(ctx, r.GetContainerId(), r.GetTimeout())
 }
 
 // ListContainerStats: no containers, no stats.
-func (s *fakeCRI) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+func (s *CRI) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	return &runtimeapi.ListContainerStatsResponse{}, nil
 }
 
 // GetContainerEvents stays open without events, as containerd's does on a
 // quiet node.
-func (s *fakeCRI) GetContainerEvents(_ *runtimeapi.GetEventsRequest, st grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
+func (s *CRI) GetContainerEvents(_ *runtimeapi.GetEventsRequest, st grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
 	<-st.Context().Done()
 	return nil
 }

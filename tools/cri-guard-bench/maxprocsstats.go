@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// guardLogLine is what the maxprocs bench reads of a line of cri-guard's
+// LogLine is what the maxprocs bench reads of a line of cri-guard's
 // JSON log.
-type guardLogLine struct {
+type LogLine struct {
 	Time   time.Time
 	Msg    string
 	Pod    string
@@ -21,16 +21,16 @@ type guardLogLine struct {
 
 // cri-guard's log messages the bench waits for.
 const (
-	msgEvicting = "evicting pod" // the decision (evictor.Synchronize)
-	msgEvicted  = "pod evicted"  // its outcome recorded (guard.settleEviction)
+	MsgEvicting = "evicting pod" // the decision (evictor.Synchronize)
+	MsgEvicted  = "pod evicted"  // its outcome recorded (guard.settleEviction)
 )
 
-// guardLogTime is the layout of cri-guard's log timestamps (milliseconds).
-const guardLogTime = "2006-01-02T15:04:05.000Z07:00"
+// logTime is the layout of cri-guard's log timestamps (milliseconds).
+const logTime = "2006-01-02T15:04:05.000Z07:00"
 
-// parseGuardLogLine parses one line of cri-guard's JSON log (--log-format
+// ParseLogLine parses one line of cri-guard's JSON log (--log-format
 // json); ok is false for a line that is not one.
-func parseGuardLogLine(line []byte) (guardLogLine, bool) {
+func ParseLogLine(line []byte) (LogLine, bool) {
 	var raw struct {
 		Time   string `json:"time"`
 		Msg    string `json:"msg"`
@@ -38,25 +38,25 @@ func parseGuardLogLine(line []byte) (guardLogLine, bool) {
 		PodUID string `json:"pod_uid"`
 	}
 	if len(bytes.TrimSpace(line)) == 0 || json.Unmarshal(line, &raw) != nil {
-		return guardLogLine{}, false
+		return LogLine{}, false
 	}
-	t, err := time.Parse(guardLogTime, raw.Time)
+	t, err := time.Parse(logTime, raw.Time)
 	if err != nil {
-		return guardLogLine{}, false
+		return LogLine{}, false
 	}
-	return guardLogLine{Time: t, Msg: raw.Msg, Pod: raw.Pod, PodUID: raw.PodUID}, true
+	return LogLine{Time: t, Msg: raw.Msg, Pod: raw.Pod, PodUID: raw.PodUID}, true
 }
 
-// logTail reads the lines appended to a file since the last call.
-type logTail struct {
-	path    string
+// LogTail reads the lines appended to a file since the last call.
+type LogTail struct {
+	Path    string
 	off     int64
 	partial []byte
 }
 
-// next returns the complete lines written since the last call.
-func (t *logTail) next() ([]guardLogLine, error) {
-	f, err := os.Open(t.path)
+// Next returns the complete lines written since the last call.
+func (t *LogTail) Next() ([]LogLine, error) {
+	f, err := os.Open(t.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -73,15 +73,15 @@ func (t *logTail) next() ([]guardLogLine, error) {
 }
 
 // feed splits b (after what an earlier call left unfinished) into lines.
-func (t *logTail) feed(b []byte) []guardLogLine {
+func (t *LogTail) feed(b []byte) []LogLine {
 	buf := append(t.partial, b...)
-	var out []guardLogLine
+	var out []LogLine
 	for {
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
 			break
 		}
-		if l, ok := parseGuardLogLine(buf[:i]); ok {
+		if l, ok := ParseLogLine(buf[:i]); ok {
 			out = append(out, l)
 		}
 		buf = buf[i+1:]
@@ -100,7 +100,7 @@ func summarizeLatencies(ds []time.Duration) latencySummary {
 	if len(ds) == 0 {
 		return latencySummary{}
 	}
-	return latencySummary{n: len(ds), median: percentile(ds, 50), p90: percentile(ds, 90), max: slices.Max(ds)}
+	return latencySummary{n: len(ds), median: Percentile(ds, 50), p90: Percentile(ds, 90), max: slices.Max(ds)}
 }
 
 // fmtMs1 prints a duration in milliseconds with one decimal.

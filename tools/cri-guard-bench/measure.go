@@ -89,8 +89,8 @@ func measureLatency(ctx context.Context, m method, sides []side, n int) (latency
 	return res, nil
 }
 
-// percentile returns the p-th percentile (0..100) of ds by nearest rank.
-func percentile(ds []time.Duration, p float64) time.Duration {
+// Percentile returns the p-th Percentile (0..100) of ds by nearest rank.
+func Percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
@@ -173,7 +173,7 @@ func sandboxCycle(o benchOptions, runID string) method {
 		uid := fmt.Sprintf("%s-cycle-%d", runID, n.Add(1))
 		cfg := &runtimeapi.PodSandboxConfig{
 			Metadata: &runtimeapi.PodSandboxMetadata{Name: "cycle-" + uid, Namespace: "cri-guard-bench", Uid: uid},
-			Labels:   map[string]string{benchLabel: runID},
+			Labels:   map[string]string{BenchLabel: runID},
 			Linux: &runtimeapi.LinuxPodSandboxConfig{
 				CgroupParent: fmt.Sprintf("%s/kubepods/burstable/pod%s", o.CgroupRoot, uid),
 				SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{

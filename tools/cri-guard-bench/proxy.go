@@ -20,23 +20,23 @@ import (
 	"github.com/cri-guard/cri-guard/internal/server"
 )
 
-// proxy is the cri-guard under test.
-type proxy struct {
-	endpoint string
-	pid      int // 0: unknown (no CPU/RSS figures)
-	stop     func() error
+// Child is the cri-guard under test.
+type Child struct {
+	Endpoint string
+	PID      int // 0: unknown (no CPU/RSS figures)
+	Stop     func() error
 }
 
 // startProxy starts or attaches to cri-guard as the options say.
-func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*proxy, error) {
+func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*Child, error) {
 	if err := os.MkdirAll(workDir, 0o750); err != nil {
 		return nil, fmt.Errorf("create %q: %w", workDir, err)
 	}
 	switch {
 	case o.ProxyEndpoint != "":
-		return &proxy{endpoint: o.ProxyEndpoint, pid: o.ProxyPID, stop: func() error { return nil }}, nil
+		return &Child{Endpoint: o.ProxyEndpoint, PID: o.ProxyPID, Stop: func() error { return nil }}, nil
 	case o.Binary != "":
-		return startChild(o, o.Binary, nil, workDir, log)
+		return StartChild(o, o.Binary, nil, workDir, log)
 	}
 	// The proxy core alone (runtimeproxy + server, no sync loop): this binary
 	// re-executed as "serve-core".
@@ -44,11 +44,11 @@ func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*proxy, erro
 	if err != nil {
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
-	return startChild(o, self, []string{"serve-core"}, workDir, log)
+	return StartChild(o, self, []string{"serve-core"}, workDir, log)
 }
 
-// startChild runs binary (args come before the flags) as the cri-guard under test.
-func startChild(o benchOptions, binary string, args []string, workDir string, log *logrus.Entry) (*proxy, error) {
+// StartChild runs binary (args come before the flags) as the cri-guard under test.
+func StartChild(o benchOptions, binary string, args []string, workDir string, log *logrus.Entry) (*Child, error) {
 	sock := filepath.Join(workDir, "cri-guard.sock")
 	logf, err := os.Create(filepath.Join(workDir, "cri-guard.log"))
 	if err != nil {
@@ -79,7 +79,7 @@ func startChild(o benchOptions, binary string, args []string, workDir string, lo
 		}
 	}
 	log.WithFields(logrus.Fields{"pid": cmd.Process.Pid, "listen": sock, "binary": binary, "args": strings.Join(args, " ")}).Info("started cri-guard")
-	return &proxy{endpoint: sock, pid: cmd.Process.Pid, stop: stop}, nil
+	return &Child{Endpoint: sock, PID: cmd.Process.Pid, Stop: stop}, nil
 }
 
 // serveCore runs only the proxy core (runtimeproxy + server) until SIGTERM:
@@ -111,17 +111,17 @@ func serveCore(ctx context.Context, args []string, log *logrus.Entry) error {
 	return srv.Serve(ctx)
 }
 
-// procStats are a process's CPU time and resident memory.
-type procStats struct {
-	cpu    time.Duration // user + system, all threads
-	rssKiB int64
-	hwmKiB int64 // VmHWM: the peak of VmRSS
+// ProcStats are a process's CPU time and resident memory.
+type ProcStats struct {
+	CPU    time.Duration // user + system, all threads
+	RSSKiB int64
+	HWMKiB int64 // VmHWM: the peak of VmRSS
 }
 
-// readProcStats reads /proc/<pid>/stat (utime, stime in clock ticks, 100 Hz
+// ReadProcStats reads /proc/<pid>/stat (utime, stime in clock ticks, 100 Hz
 // on Linux) and VmRSS and VmHWM from /proc/<pid>/status.
-func readProcStats(pid int) (procStats, error) {
-	var ps procStats
+func ReadProcStats(pid int) (ProcStats, error) {
+	var ps ProcStats
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return ps, fmt.Errorf("read stat of pid %d: %w", pid, err)
@@ -138,7 +138,7 @@ func readProcStats(pid int) (procStats, error) {
 		return ps, fmt.Errorf("parse stat of pid %d: bad utime/stime", pid)
 	}
 	const ticksPerSecond = 100
-	ps.cpu = time.Duration(utime+stime) * time.Second / ticksPerSecond
+	ps.CPU = time.Duration(utime+stime) * time.Second / ticksPerSecond
 
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -147,7 +147,7 @@ func readProcStats(pid int) (procStats, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		for key, dst := range map[string]*int64{"VmRSS:": &ps.rssKiB, "VmHWM:": &ps.hwmKiB} {
+		for key, dst := range map[string]*int64{"VmRSS:": &ps.RSSKiB, "VmHWM:": &ps.HWMKiB} {
 			if v, ok := strings.CutPrefix(sc.Text(), key); ok {
 				*dst, err = strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				if err != nil {

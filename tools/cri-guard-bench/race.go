@@ -107,7 +107,7 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 		o.Rates = append(o.Rates, r)
 	}
 	var err error
-	if o.Modes, err = parseModes(*modes); err != nil {
+	if o.Modes, err = ParseModes(*modes); err != nil {
 		return o, err
 	}
 	for _, sc := range strings.Split(*scenarios, ",") {
@@ -137,8 +137,8 @@ func parseRaceFlags(args []string, stderr io.Writer) (raceOptions, error) {
 	return o, nil
 }
 
-// parseModes parses --modes, a comma-separated list of race modes.
-func parseModes(s string) ([]string, error) {
+// ParseModes parses --modes, a comma-separated list of race modes.
+func ParseModes(s string) ([]string, error) {
 	var out []string
 	for _, m := range strings.Split(s, ",") {
 		m = strings.TrimSpace(m)
@@ -199,12 +199,12 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	}
 	defer ooms.close()
 	runID := fmt.Sprintf("race-%d", os.Getpid())
-	dom, err := newDomain(o.CgroupRoot+"/"+runID, o.Domain)
+	dom, err := NewDomain(o.CgroupRoot+"/"+runID, o.Domain)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		err = errors.Join(err, cleanup(direct.rt, runID, log), dom.remove())
+		err = errors.Join(err, Cleanup(direct.rt, runID, log), dom.Remove())
 	}()
 	log.WithFields(logrus.Fields{"run": runID, "domain": dom.dir, "limit": o.Domain, "threshold": o.Threshold}).Info("race domain created")
 	var (
@@ -224,7 +224,7 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 		term = "ignores SIGTERM"
 	}
 	fmt.Fprintf(out, "race: domain %s (v2=%v) limit %s, hard threshold allocatableMemory.available < %s; bystanders %s BestEffort, %s Burstable, %s critical static; the runaway prefills to %s above the threshold, then grows at the rate; it %s\n",
-		dom.group, dom.v2, fmtBytes(o.Domain), fmtBytes(o.Threshold), fmtBytes(o.Bystander), fmtBytes(o.Bystander), fmtBytes(o.Bystander/2), fmtBytes(o.Headroom), term)
+		dom.Group, dom.v2, FmtBytes(o.Domain), FmtBytes(o.Threshold), FmtBytes(o.Bystander), FmtBytes(o.Bystander), FmtBytes(o.Bystander/2), FmtBytes(o.Headroom), term)
 	fmt.Fprintf(out, "modes <mode>%s: four runaways started at once, sharing the prefill, each growing at the rate (reached: the domain's growth); won when cri-guard stopped all four. <mode>%s: the runaway ignores SIGTERM\n\n", suffixFour, suffixSIGTERM)
 	if o.SlowStateDir != "" {
 		fmt.Fprintf(out, "modes %s: cri-guard's state dir in %s (slow disk), the others' in %s\n\n", slowDiskSuffix, o.SlowStateDir, workDir)
@@ -283,10 +283,10 @@ func raceVariants(o raceOptions) []raceVariant {
 	return out
 }
 
-func fmtBytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
+func FmtBytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
 
 // raceConfig is the config file of one mode, with its state dir.
-func raceConfig(o raceOptions, mode, stateDir string, dom *domain) string {
+func raceConfig(o raceOptions, mode, stateDir string, dom *Domain) string {
 	return fmt.Sprintf(`podsCgroup: %s
 evictionHard: {memory.available: %q}
 # the next run's pods must be admitted soon after an eviction
@@ -294,12 +294,12 @@ evictionPressureTransitionPeriod: 1s
 stateDir: %s
 metricsAddress: ""
 adminSocket: ""
-`, dom.group, fmtBytes(o.Threshold), stateDir) + raceModes[mode]
+`, dom.Group, FmtBytes(o.Threshold), stateDir) + raceModes[mode]
 }
 
 // raceMode starts cri-guard with the mode's config, creates the bystanders
 // through it and races the runaway at each rate.
-func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, ooms *oomWatch, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
+func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *Domain, ooms *oomWatch, direct runtimeapi.RuntimeServiceClient, workDir, runID string, log *logrus.Entry) ([]raceRun, error) {
 	mode := v.label
 	dir := filepath.Join(workDir, mode)
 	stateDir := filepath.Join(dir, "state")
@@ -316,16 +316,16 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *domain, oo
 	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, v.mode, stateDir, dom)), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)
+	p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if err := p.stop(); err != nil {
+		if err := p.Stop(); err != nil {
 			log.WithError(err).Warn("stop cri-guard")
 		}
 	}()
-	gconn, guarded, err := dial(p.endpoint)
+	gconn, guarded, err := dial(p.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +358,7 @@ type racer struct {
 	mode       string
 	runaways   int  // started at once in each run
 	ignoreTerm bool // they ignore SIGTERM
-	dom        *domain
+	dom        *Domain
 	direct     runtimeapi.RuntimeServiceClient // containerd
 	guard      runtimeapi.RuntimeServiceClient // through cri-guard
 	dir, runID string
@@ -395,13 +395,13 @@ func (r *racer) newPod(role string) *racePod {
 		qos = "burstable"
 		ann["kubernetes.io/config.source"] = "file" // a static pod: critical
 	}
-	parent := fmt.Sprintf("%s/kubepods/%s/pod%s", r.dom.group, qos, uid)
+	parent := fmt.Sprintf("%s/kubepods/%s/pod%s", r.dom.Group, qos, uid)
 	logDir := filepath.Join(r.dir, "pods", uid)
 	_ = os.MkdirAll(logDir, 0o750)
 	return &racePod{role: role, name: name, uid: uid, parent: parent, config: &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "cri-guard-race", Uid: uid},
 		LogDirectory: logDir,
-		Labels:       map[string]string{benchLabel: r.runID, "io.kubernetes.pod.name": name},
+		Labels:       map[string]string{BenchLabel: r.runID, "io.kubernetes.pod.name": name},
 		Annotations:  ann,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: parent,
@@ -454,7 +454,7 @@ func (r *racer) createMemhog(ctx context.Context, p *racePod, args []string) err
 			Image:    &runtimeapi.ImageSpec{Image: r.o.Image},
 			Command:  append([]string{"/memhog"}, args...),
 			LogPath:  "memhog.log",
-			Labels:   map[string]string{benchLabel: r.runID},
+			Labels:   map[string]string{BenchLabel: r.runID},
 			Mounts:   []*runtimeapi.Mount{{HostPath: r.o.Memhog, ContainerPath: "/memhog", Readonly: true}},
 			Linux:    &runtimeapi.LinuxContainerConfig{},
 		},
@@ -500,7 +500,7 @@ func removeCgroupTreeAll(group string) error {
 	var errs []error
 	for _, d := range dirs {
 		if fileExists(d) {
-			errs = append(errs, removeCgroupTree(d))
+			errs = append(errs, RemoveCgroupTree(d))
 		}
 	}
 	return errors.Join(errs...)
@@ -544,7 +544,7 @@ func (r *racer) ensureBystanders(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("bystanders hold %s, want %s", fmtBytes(ws), fmtBytes(target))
+			return fmt.Errorf("bystanders hold %s, want %s", FmtBytes(ws), FmtBytes(target))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -627,7 +627,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 				crossedAt = now
 			}
 		}
-		if ks, _ := r.ooms.in(kills0, gaps0, r.dom.group); len(ks) > 0 {
+		if ks, _ := r.ooms.in(kills0, gaps0, r.dom.Group); len(ks) > 0 {
 			res.outcome = outcomeOOM
 			break
 		}
@@ -663,7 +663,7 @@ func (r *racer) run(ctx context.Context, rate float64) raceRun {
 	// any kill in the domain loses the run (the OOM killer acted), and the
 	// kernel log says whom it took
 	time.Sleep(50 * time.Millisecond)
-	ks, err := r.ooms.in(kills0, gaps0, r.dom.group)
+	ks, err := r.ooms.in(kills0, gaps0, r.dom.Group)
 	for _, k := range ks {
 		res.outcome = outcomeOOM
 		res.killed = append(res.killed, r.roleOf(k.taskMemcg, runaways)+"("+k.task+")")
@@ -758,7 +758,7 @@ func (r *racer) timeoutState(ctx context.Context, ps []*racePod) string {
 		}
 		states = append(states, "sandbox "+sb+", container "+cs)
 	}
-	return fmt.Sprintf("timed out: domain usage %s, working set %s; runaways: %s", fmtBytes(usage), fmtBytes(ws), strings.Join(states, "; "))
+	return fmt.Sprintf("timed out: domain usage %s, working set %s; runaways: %s", FmtBytes(usage), FmtBytes(ws), strings.Join(states, "; "))
 }
 
 // growthRate is the rate in MB/s at which the working set grew from the
@@ -830,7 +830,7 @@ func (r *racer) podsOf(role string) []*racePod {
 		return ps
 	}
 	root := r.dom.root
-	dirs, _ := filepath.Glob(filepath.Join(root, r.dom.group, "kubepods", "burstable", "pod"+r.runID+"-"+r.mode+"-*"))
+	dirs, _ := filepath.Glob(filepath.Join(root, r.dom.Group, "kubepods", "burstable", "pod"+r.runID+"-"+r.mode+"-*"))
 	var ps []*racePod
 	for _, d := range dirs {
 		rel := strings.TrimPrefix(d, root)
@@ -901,11 +901,11 @@ func decisionTime(log, podName string) (time.Time, bool) {
 }
 
 // raceMain is `cri-guard-bench race`; it returns the exit code.
-func raceMain(args []string) int { return subcommand("race", args, parseRaceFlags, race) }
+func raceMain(args []string) int { return Subcommand("race", args, parseRaceFlags, race) }
 
-// subcommand runs a subcommand of cri-guard-bench: its flags (exit code 2
+// Subcommand runs a Subcommand of cri-guard-bench: its flags (exit code 2
 // when bad), then run until it ends or SIGTERM/SIGINT (1 when it fails).
-func subcommand[O any](name string, args []string, parse func([]string, io.Writer) (O, error), run func(context.Context, O, *logrus.Entry, io.Writer) error) int {
+func Subcommand[O any](name string, args []string, parse func([]string, io.Writer) (O, error), run func(context.Context, O, *logrus.Entry, io.Writer) error) int {
 	o, err := parse(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

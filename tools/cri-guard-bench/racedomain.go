@@ -9,12 +9,12 @@ import (
 	"strconv"
 )
 
-// domain is the pods' memory cgroup of the race: the cgroup with the
+// Domain is the pods' memory cgroup of the race: the cgroup with the
 // memory limit that the kubelet's enforceNodeAllocatable [pods] sets, in
 // the hierarchy that holds the memory controller (v1 here, v2 on unified
 // hosts).
-type domain struct {
-	group string // cgroup path from the root, e.g. /cri-guard-rt-pods/race-123
+type Domain struct {
+	Group string // cgroup path from the root, e.g. /cri-guard-rt-pods/race-123
 	root  string // mount point of the memory hierarchy
 	dir   string // directory in the memory hierarchy
 	v2    bool
@@ -34,13 +34,13 @@ func memoryHierarchy() (string, bool, error) {
 	return "", false, errors.New("no memory controller: neither cgroup2 with memory nor /sys/fs/cgroup/memory")
 }
 
-// newDomain creates the cgroup and sets its memory limit.
-func newDomain(group string, limit int64) (*domain, error) {
+// NewDomain creates the cgroup and sets its memory limit.
+func NewDomain(group string, limit int64) (*Domain, error) {
 	root, v2, err := memoryHierarchy()
 	if err != nil {
 		return nil, err
 	}
-	d := &domain{group: group, root: root, dir: filepath.Join(root, group), v2: v2, limit: limit, buf: make([]byte, 8192)}
+	d := &Domain{Group: group, root: root, dir: filepath.Join(root, group), v2: v2, limit: limit, buf: make([]byte, 8192)}
 	if err := os.MkdirAll(d.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create domain cgroup: %w", err)
 	}
@@ -60,7 +60,7 @@ func newDomain(group string, limit int64) (*domain, error) {
 	return d, nil
 }
 
-func (d *domain) read(name string) ([]byte, error) {
+func (d *Domain) read(name string) ([]byte, error) {
 	f, err := os.Open(filepath.Join(d.dir, name))
 	if err != nil {
 		return nil, err
@@ -75,7 +75,7 @@ func (d *domain) read(name string) ([]byte, error) {
 
 // workingSet is usage − inactive file pages, as the kubelet and cri-guard
 // compute allocatableMemory.available from it.
-func (d *domain) workingSet() (usage, ws int64, err error) {
+func (d *Domain) workingSet() (usage, ws int64, err error) {
 	cur, stat, inactiveKey := "memory.usage_in_bytes", "memory.stat", "total_inactive_file"
 	if d.v2 {
 		cur, inactiveKey = "memory.current", "inactive_file"
@@ -98,7 +98,7 @@ func (d *domain) workingSet() (usage, ws int64, err error) {
 
 // oomKills is the domain's OOM kill count (v1 memory.oom_control oom_kill,
 // v2 memory.events oom_kill).
-func (d *domain) oomKills() (int64, error) { return oomKillsIn(d.dir, d.v2, d.buf) }
+func (d *Domain) oomKills() (int64, error) { return oomKillsIn(d.dir, d.v2, d.buf) }
 
 func oomKillsIn(dir string, v2 bool, buf []byte) (int64, error) {
 	name := "memory.oom_control"
@@ -124,14 +124,14 @@ func oomKillsIn(dir string, v2 bool, buf []byte) (int64, error) {
 // resetPeak clears the peak usage (v1 memory.max_usage_in_bytes); v2 has
 // memory.peak only from 5.19 and no reset before 6.x: the race tracks the
 // peak of its own samples too.
-func (d *domain) resetPeak() {
+func (d *Domain) resetPeak() {
 	if !d.v2 {
 		_ = os.WriteFile(filepath.Join(d.dir, "memory.max_usage_in_bytes"), []byte("0"), 0)
 	}
 }
 
 // peak is the domain's peak usage since resetPeak, 0 when unknown.
-func (d *domain) peak() int64 {
+func (d *Domain) peak() int64 {
 	name := "memory.max_usage_in_bytes"
 	if d.v2 {
 		name = "memory.peak"
@@ -144,16 +144,16 @@ func (d *domain) peak() int64 {
 	return v
 }
 
-// remove removes the domain's cgroups in every hierarchy, bottom-up.
-func (d *domain) remove() error {
+// Remove removes the domain's cgroups in every hierarchy, bottom-up.
+func (d *Domain) Remove() error {
 	var errs []error
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.group))
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.Group))
 	if d.v2 {
 		dirs = []string{d.dir}
 	}
 	for _, dir := range dirs {
 		if _, err := os.Stat(dir); err == nil {
-			errs = append(errs, removeCgroupTree(dir))
+			errs = append(errs, RemoveCgroupTree(dir))
 		}
 	}
 	return errors.Join(errs...)

@@ -22,7 +22,7 @@ const (
 	targetOverFloor = 1.10
 )
 
-func us(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
+func Micros(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)) }
 
 func verdict(ok bool) string {
 	if ok {
@@ -44,9 +44,9 @@ func mean(xs []float64) float64 {
 func target(class string, direct, proxied time.Duration) string {
 	switch class {
 	case "tiny":
-		return fmt.Sprintf("+%s µs %s", us(targetTinyP50), verdict(proxied-direct <= targetTinyP50))
+		return fmt.Sprintf("+%s µs %s", Micros(targetTinyP50), verdict(proxied-direct <= targetTinyP50))
 	case "list":
-		return fmt.Sprintf("+%s µs %s", us(targetListP50), verdict(proxied-direct <= targetListP50))
+		return fmt.Sprintf("+%s µs %s", Micros(targetListP50), verdict(proxied-direct <= targetListP50))
 	case "cycle":
 		return fmt.Sprintf("≤%.2fx %s", targetCycleRatio, verdict(float64(proxied)/float64(direct) <= targetCycleRatio))
 	default:
@@ -64,10 +64,10 @@ func report(out io.Writer, o benchOptions, r results) {
 		fmt.Fprintln(tw, "method\tdirect p50 µs\tproxy p50 µs\tadded p50 µs\tratio p50\tdirect p99 µs\tproxy p99 µs\tadded p99 µs\ttarget\t")
 		for _, l := range r.latencies {
 			d, s := l.samples[0], l.samples[k+1]
-			d50, p50 := percentile(d, 50), percentile(s, 50)
-			d99, p99 := percentile(d, 99), percentile(s, 99)
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t\n", l.method.name, us(d50), us(p50), us(p50-d50),
-				float64(p50)/float64(d50), us(d99), us(p99), us(p99-d99), target(l.method.class, d50, p50))
+			d50, p50 := Percentile(d, 50), Percentile(s, 50)
+			d99, p99 := Percentile(d, 99), Percentile(s, 99)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t\n", l.method.name, Micros(d50), Micros(p50), Micros(p50-d50),
+				float64(p50)/float64(d50), Micros(d99), Micros(p99), Micros(p99-d99), target(l.method.class, d50, p50))
 		}
 		tw.Flush()
 		dt, pt := mean(r.directTput), mean(p.tput)
@@ -100,10 +100,10 @@ func reportOverFloor(out io.Writer, r results) {
 		if l.method.class != "tiny" && l.method.class != "list" {
 			continue
 		}
-		d50 := percentile(l.samples[0], 50)
-		a, f := percentile(l.samples[1], 50)-d50, percentile(l.samples[2], 50)-d50
+		d50 := Percentile(l.samples[0], 50)
+		a, f := Percentile(l.samples[1], 50)-d50, Percentile(l.samples[2], 50)-d50
 		ratio := float64(a) / float64(max(f, time.Microsecond))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t≤%.2f %s\t\n", l.method.name, us(a), us(f), ratio, targetOverFloor, verdict(ratio <= targetOverFloor))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.3f\t≤%.2f %s\t\n", l.method.name, Micros(a), Micros(f), ratio, targetOverFloor, verdict(ratio <= targetOverFloor))
 	}
 	tw.Flush()
 	a, f := mean(r.proxies[0].tput), mean(r.proxies[1].tput)

@@ -14,8 +14,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// benchLabel marks everything the benchmark creates; its value is the run id.
-const benchLabel = "cri-guard-bench"
+// BenchLabel marks everything the benchmark creates; its value is the run id.
+const BenchLabel = "cri-guard-bench"
 
 // workload is what the benchmark created.
 type workload struct {
@@ -41,7 +41,7 @@ func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, im 
 		cfg := &runtimeapi.PodSandboxConfig{
 			Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("bench-%d", i), Namespace: "cri-guard-bench", Uid: uid},
 			LogDirectory: logDir,
-			Labels:       map[string]string{benchLabel: runID, "io.kubernetes.pod.name": fmt.Sprintf("bench-%d", i)},
+			Labels:       map[string]string{BenchLabel: runID, "io.kubernetes.pod.name": fmt.Sprintf("bench-%d", i)},
 			Annotations:  map[string]string{"kubernetes.io/config.source": "api"},
 			Linux: &runtimeapi.LinuxPodSandboxConfig{
 				CgroupParent: fmt.Sprintf("%s/pod%s", o.CgroupRoot, uid),
@@ -71,7 +71,7 @@ func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, im 
 					Metadata: &runtimeapi.ContainerMetadata{Name: name},
 					Image:    &runtimeapi.ImageSpec{Image: o.Image},
 					LogPath:  name + ".log",
-					Labels:   map[string]string{benchLabel: runID},
+					Labels:   map[string]string{BenchLabel: runID},
 					Linux:    &runtimeapi.LinuxContainerConfig{},
 				},
 				SandboxConfig: configs[i],
@@ -95,9 +95,9 @@ func createWorkload(ctx context.Context, rt runtimeapi.RuntimeServiceClient, im 
 	return w, nil
 }
 
-// cleanup removes every container and sandbox labelled with runID. It uses a
+// Cleanup removes every container and sandbox labelled with runID. It uses a
 // fresh bounded context: it runs after failures and interrupts too.
-func cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry) error {
+func Cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// containerd may be restarting (shared test machine): wait for it to
@@ -112,7 +112,7 @@ func cleanup(rt runtimeapi.RuntimeServiceClient, runID string, log *logrus.Entry
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	sel := map[string]string{benchLabel: runID}
+	sel := map[string]string{BenchLabel: runID}
 	var firstErr error
 	note := func(err error) {
 		// Already gone (another test on a shared runtime removed it): fine.
@@ -156,7 +156,7 @@ func removePodCgroups(cgroupRoot, runID string) error {
 	for _, m := range mounts {
 		dirs, _ := filepath.Glob(filepath.Join(m, cgroupRoot, "pod"+runID+"-*"))
 		for _, d := range dirs {
-			if err := removeCgroupTree(d); err != nil && firstErr == nil {
+			if err := RemoveCgroupTree(d); err != nil && firstErr == nil {
 				firstErr = err
 			}
 		}
@@ -164,16 +164,16 @@ func removePodCgroups(cgroupRoot, runID string) error {
 	return firstErr
 }
 
-// removeCgroupTree rmdirs a cgroup directory bottom-up (cgroup directories
+// RemoveCgroupTree rmdirs a cgroup directory bottom-up (cgroup directories
 // are removed with rmdir, never by deleting their files).
-func removeCgroupTree(dir string) error {
+func RemoveCgroupTree(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	for _, e := range entries {
 		if e.IsDir() {
-			if err := removeCgroupTree(filepath.Join(dir, e.Name())); err != nil {
+			if err := RemoveCgroupTree(filepath.Join(dir, e.Name())); err != nil {
 				return err
 			}
 		}
