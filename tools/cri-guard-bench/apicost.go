@@ -263,7 +263,7 @@ func apicostMeasure(ctx context.Context, cs kubernetes.Interface, o apicostOptio
 	}
 	adminSock := filepath.Join(dir, "admin.sock")
 	start := time.Now()
-	p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + filepath.Join(dir, "config.yaml")},
+	p, err := StartChild(ChildConfig{RuntimeEndpoint: o.RuntimeEndpoint, Args: "--config " + filepath.Join(dir, "config.yaml")},
 		b.Path, nil, dir, log.WithField("binary", b.Name))
 	if err != nil {
 		return r, err

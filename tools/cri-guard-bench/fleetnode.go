@@ -38,9 +38,7 @@ type fleetNode struct {
 
 // fleetPod is the i-th pod of node: the maxprocs bench's Deployment-like pod.
 func fleetPod(node string, i int) *corev1.Pod {
-	p := benchPod(i, node)
-	p.Name, p.Namespace = fmt.Sprintf("%s-%02d", node, i), fleetNamespace
-	return p
+	return Pod(fmt.Sprintf("%s-%02d", node, i), fleetNamespace, i, node)
 }
 
 // fleetBestEffortPod is a pod without requests (BestEffort), bound to node,
@@ -129,8 +127,8 @@ kubernetes: {kubeconfig: %s, nodeName: %s}
 		return err
 	}
 	n.logPath = filepath.Join(n.dir, "cri-guard.log")
-	n.guard, err = StartChild(benchOptions{RuntimeEndpoint: filepath.Join(n.dir, "cri.sock"),
-		ProxyArgs: "--config " + cfgPath + " --log-level info --log-format json"}, binary, nil, n.dir, log)
+	n.guard, err = StartChild(ChildConfig{RuntimeEndpoint: filepath.Join(n.dir, "cri.sock"),
+		Args: "--config " + cfgPath + " --log-level info --log-format json"}, binary, nil, n.dir, log)
 	return err
 }
 

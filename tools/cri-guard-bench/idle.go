@@ -120,7 +120,7 @@ var wakeupLineRE = regexp.MustCompile(`^cri_guard_wakeups_total\{source="([^"]+)
 // interval until ctx ends, as the kubelet's PLEG relists; it returns how
 // many relists it made.
 func relist(ctx context.Context, endpoint string, interval time.Duration) (int, error) {
-	conn, c, err := dial(endpoint)
+	conn, c, err := Dial(endpoint)
 	if err != nil {
 		return 0, err
 	}
@@ -135,9 +135,9 @@ func relist(ctx context.Context, endpoint string, interval time.Duration) (int, 
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{})
+		_, err := c.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{})
 		if err == nil {
-			_, err = c.rt.ListContainers(cctx, &runtimeapi.ListContainersRequest{})
+			_, err = c.ListContainers(cctx, &runtimeapi.ListContainersRequest{})
 		}
 		cancel()
 		if err != nil {
@@ -211,7 +211,6 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		return err
 	}
 	defer func() { err = errors.Join(err, dom.Remove()) }()
-	ro := raceOptions{Threshold: 200 << 20}
 	type idler struct{ label, mode, binary, env string }
 	var idlers []idler
 	for _, m := range o.Modes {
@@ -238,12 +237,12 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 			return err
 		}
 		metricsAddr := fmt.Sprintf("127.0.0.1:%d", ports[i])
-		cfg := raceConfig(ro, mode, filepath.Join(dir, "state"), dom)
+		cfg := Config(mode, 200<<20, filepath.Join(dir, "state"), dom)
 		cfg = strings.Replace(cfg, "metricsAddress: \"\"\n", "metricsAddress: "+metricsAddr+"\n", 1)
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 			return err
 		}
-		p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath, ProxyEnv: id.env}, id.binary, nil, dir, log.WithField("mode", id.label))
+		p, err := StartChild(ChildConfig{RuntimeEndpoint: o.RuntimeEndpoint, Args: "--config " + cfgPath, Env: id.env}, id.binary, nil, dir, log.WithField("mode", id.label))
 		if err != nil {
 			return err
 		}
@@ -252,12 +251,12 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 				log.WithError(err).Warn("stop cri-guard")
 			}
 		}()
-		conn, c, err := dial(p.Endpoint)
+		conn, c, err := Dial(p.Endpoint)
 		if err != nil {
 			return err
 		}
 		vctx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err = c.rt.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+		_, err = c.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
 		cancel()
 		conn.Close()
 		if err != nil {
@@ -325,7 +324,7 @@ func idle(ctx context.Context, o idleOptions, log *logrus.Entry, out io.Writer) 
 		cpu := after.CPU - before[i].CPU
 		onCPU := afterT.onCPU - beforeT[i].onCPU
 		switches := float64(afterT.switches-beforeT[i].switches) / elapsed.Seconds()
-		extra := strings.ReplaceAll(strings.TrimSpace(raceModes[idlers[i].mode]), "\n", "; ")
+		extra := strings.ReplaceAll(strings.TrimSpace(ModeSettings(idlers[i].mode)), "\n", "; ")
 		if idlers[i].env != "" {
 			extra = strings.TrimPrefix(strings.TrimPrefix(extra, "(none)")+"; env "+idlers[i].env, "; ")
 		}

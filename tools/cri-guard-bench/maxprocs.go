@@ -383,8 +383,8 @@ kubernetes: {kubeconfig: %s, nodeName: %s}
 		return res, err
 	}
 	start := time.Now()
-	p, err := StartChild(benchOptions{RuntimeEndpoint: criSock, ProxyEnv: "GOMAXPROCS=" + s.value,
-		ProxyArgs: "--config " + cfgPath + " --log-level info --log-format json"}, o.Binary, nil, dir, log)
+	p, err := StartChild(ChildConfig{RuntimeEndpoint: criSock, Env: "GOMAXPROCS=" + s.value,
+		Args: "--config " + cfgPath + " --log-level info --log-format json"}, o.Binary, nil, dir, log)
 	if err != nil {
 		return res, err
 	}

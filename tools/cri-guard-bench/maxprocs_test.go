@@ -268,17 +268,17 @@ func TestFakeCRIAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Stop)
-	conn, c, err := dial(sock)
+	conn, c, err := Dial(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	ctx := context.Background()
-	l, err := c.rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	l, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil || len(l.Items) != 1 {
 		t.Fatalf("ListPodSandbox = %v, %v", l, err)
 	}
-	st, err := c.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: l.Items[0].Id, Verbose: true})
+	st, err := c.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: l.Items[0].Id, Verbose: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestFakeCRIAdoption(t *testing.T) {
 	if got.UID != "uid-7" || got.QOS != pod.Burstable || len(got.Warnings) > 0 || got.State != pod.StateReady {
 		t.Errorf("adopted %+v", got)
 	}
-	if _, err := c.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: l.Items[0].Id}); err != nil {
+	if _, err := c.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: l.Items[0].Id}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -19,14 +19,18 @@ const maxprocsNamespace = "cri-guard-maxprocs"
 // second by default, each pod in turn).
 const UpdateAnnotation = "cri-guard-bench/update"
 
-// benchPod is the i-th pod of the maxprocs run, bound to node: what a
-// Deployment's pod carries (labels, two containers with requests,
+// benchPod is the i-th pod of the maxprocs run, bound to node.
+func benchPod(i int, node string) *corev1.Pod {
+	return Pod(fmt.Sprintf("maxprocs-%04d", i), maxprocsNamespace, i, node)
+}
+
+// Pod is the i-th pod of a bench (i sets its app label, 50 pods a label),
+// bound to node: what a Deployment's pod carries (labels, two containers with requests,
 // environment, probes, a volume), Burstable, tolerating the unreachable and
 // not-ready taints for good (no kubelet serves the node: the node lifecycle
 // controller taints it, and the pods must stay). No owner reference: in a
 // real cluster the garbage collector deletes a pod whose owner is missing.
-func benchPod(i int, node string) *corev1.Pod {
-	name := fmt.Sprintf("maxprocs-%04d", i)
+func Pod(name, namespace string, i int, node string) *corev1.Pod {
 	env := make([]corev1.EnvVar, 0, 6)
 	for k := range 5 {
 		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%d", k), Value: fmt.Sprintf("value-%d-%d", i, k)})
@@ -37,7 +41,7 @@ func benchPod(i int, node string) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: maxprocsNamespace,
+			Name: name, Namespace: namespace,
 			Labels:      map[string]string{"app": fmt.Sprintf("maxprocs-%02d", i/50), "pod-template-hash": "6d9f7c8b5", "tier": "backend"},
 			Annotations: map[string]string{"kubernetes.io/config.source": "api", UpdateAnnotation: "0"},
 		},

@@ -13,15 +13,19 @@ import (
 	apitest "k8s.io/cri-api/pkg/apis/testing"
 )
 
-// CRI is the runtime the maxprocs children forward to: the cri-api
+// CRI is a runtime for a child cri-guard to forward to: the cri-api
 // FakeRuntimeService behind a real gRPC server on a unix socket, answering
 // what cri-guard's sync loop asks (listings, the verbose sandbox status that
 // adoption reads, container and sandbox stops, an event stream that stays
-// open). What is measured is cri-guard's scheduling, not containerd's.
+// open). What is measured is cri-guard's work, not containerd's.
 type CRI struct {
-	runtimeapi.UnimplementedRuntimeServiceServer
-	f   *apitest.FakeRuntimeService
 	srv *grpc.Server
+}
+
+// criServer answers the runtime service's calls.
+type criServer struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	f *apitest.FakeRuntimeService
 
 	mu      sync.Mutex
 	configs map[string]*runtimeapi.PodSandboxConfig // by sandbox id
@@ -35,7 +39,7 @@ func StartCRI(path string, sandboxes []*runtimeapi.PodSandboxConfig) (*CRI, erro
 	if err != nil {
 		return nil, fmt.Errorf("listen fake runtime %q: %w", path, err)
 	}
-	s := &CRI{f: apitest.NewFakeRuntimeService(), configs: map[string]*runtimeapi.PodSandboxConfig{}}
+	s := &criServer{f: apitest.NewFakeRuntimeService(), configs: map[string]*runtimeapi.PodSandboxConfig{}}
 	for _, c := range sandboxes {
 		id, err := s.f.RunPodSandbox(context.Background(), c, "")
 		if err != nil {
@@ -44,23 +48,24 @@ func StartCRI(path string, sandboxes []*runtimeapi.PodSandboxConfig) (*CRI, erro
 		}
 		s.configs[id] = c
 	}
-	s.srv = grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(s.srv, s)
-	go func() { _ = s.srv.Serve(l) }()
-	return s, nil
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, s)
+	go func() { _ = srv.Serve(l) }()
+	return &CRI{srv: srv}, nil
 }
 
-func (s *CRI) Stop() { s.srv.Stop() }
+// Stop stops serving and closes the socket.
+func (c *CRI) Stop() { c.srv.Stop() }
 
-func (s *CRI) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+func (s *criServer) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
 	return s.f.Version(ctx, r.GetVersion())
 }
 
-func (s *CRI) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+func (s *criServer) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	return s.f.Status(ctx, r.GetVerbose())
 }
 
-func (s *CRI) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+func (s *criServer) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	items, err := s.f.ListPodSandbox(ctx, r.GetFilter())
 	if err != nil {
 		return nil, err
@@ -70,7 +75,7 @@ func (s *CRI) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRe
 
 // PodSandboxStatus answers as containerd does with verbose set: the
 // sandbox's own config in the "info" JSON, from which adoption derives QoS.
-func (s *CRI) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+func (s *criServer) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	resp, err := s.f.PodSandboxStatus(ctx, r.GetPodSandboxId(), r.GetVerbose())
 	if err != nil {
 		return nil, err
@@ -88,11 +93,11 @@ func (s *CRI) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandboxStat
 	return resp, nil
 }
 
-func (s *CRI) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+func (s *criServer) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	return &runtimeapi.StopPodSandboxResponse{}, s.f.StopPodSandbox(ctx, r.GetPodSandboxId())
 }
 
-func (s *CRI) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+func (s *criServer) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	items, err := s.f.ListContainers(ctx, r.GetFilter())
 	if err != nil {
 		return nil, err
@@ -100,18 +105,18 @@ func (s *CRI) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRe
 	return &runtimeapi.ListContainersResponse{Containers: items}, nil
 }
 
-func (s *CRI) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+func (s *criServer) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	return &runtimeapi.StopContainerResponse{}, s.f.StopContainer(ctx, r.GetContainerId(), r.GetTimeout())
 }
 
 // ListContainerStats: no containers, no stats.
-func (s *CRI) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+func (s *criServer) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	return &runtimeapi.ListContainerStatsResponse{}, nil
 }
 
 // GetContainerEvents stays open without events, as containerd's does on a
 // quiet node.
-func (s *CRI) GetContainerEvents(_ *runtimeapi.GetEventsRequest, st grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
+func (s *criServer) GetContainerEvents(_ *runtimeapi.GetEventsRequest, st grpc.ServerStreamingServer[runtimeapi.ContainerEventResponse]) error {
 	<-st.Context().Done()
 	return nil
 }

@@ -36,7 +36,7 @@ func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*Child, erro
 	case o.ProxyEndpoint != "":
 		return &Child{Endpoint: o.ProxyEndpoint, PID: o.ProxyPID, Stop: func() error { return nil }}, nil
 	case o.Binary != "":
-		return StartChild(o, o.Binary, nil, workDir, log)
+		return StartChild(childConfig(o), o.Binary, nil, workDir, log)
 	}
 	// The proxy core alone (runtimeproxy + server, no sync loop): this binary
 	// re-executed as "serve-core".
@@ -44,23 +44,37 @@ func startProxy(o benchOptions, workDir string, log *logrus.Entry) (*Child, erro
 	if err != nil {
 		return nil, fmt.Errorf("find own binary: %w", err)
 	}
-	return StartChild(o, self, []string{"serve-core"}, workDir, log)
+	return StartChild(childConfig(o), self, []string{"serve-core"}, workDir, log)
 }
 
-// StartChild runs binary (args come before the flags) as the cri-guard under test.
-func StartChild(o benchOptions, binary string, args []string, workDir string, log *logrus.Entry) (*Child, error) {
+// childConfig is what the child cri-guard of the options gets.
+func childConfig(o benchOptions) ChildConfig {
+	return ChildConfig{RuntimeEndpoint: o.RuntimeEndpoint, Args: o.ProxyArgs, Env: o.ProxyEnv}
+}
+
+// ChildConfig is what a child cri-guard is started with besides its socket.
+type ChildConfig struct {
+	RuntimeEndpoint string // the runtime the child forwards to (--runtime-endpoint)
+	Args            string // extra space-separated arguments, after the bench's own
+	Env             string // extra environment, comma-separated KEY=VALUE
+}
+
+// StartChild runs binary as a cri-guard under test in workDir: args, then
+// --listen <workDir>/cri-guard.sock, --runtime-endpoint and --log-level
+// warn, then c.Args; its output goes to <workDir>/cri-guard.log.
+func StartChild(c ChildConfig, binary string, args []string, workDir string, log *logrus.Entry) (*Child, error) {
 	sock := filepath.Join(workDir, "cri-guard.sock")
 	logf, err := os.Create(filepath.Join(workDir, "cri-guard.log"))
 	if err != nil {
 		return nil, fmt.Errorf("create cri-guard log: %w", err)
 	}
-	args = append(args, "--listen", sock, "--runtime-endpoint", o.RuntimeEndpoint, "--log-level", "warn")
-	args = append(args, strings.Fields(o.ProxyArgs)...)
+	args = append(args, "--listen", sock, "--runtime-endpoint", c.RuntimeEndpoint, "--log-level", "warn")
+	args = append(args, strings.Fields(c.Args)...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
-	if o.ProxyEnv != "" {
-		cmd.Env = append(cmd.Env, strings.Split(o.ProxyEnv, ",")...)
+	if c.Env != "" {
+		cmd.Env = append(cmd.Env, strings.Split(c.Env, ",")...)
 	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()

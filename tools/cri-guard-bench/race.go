@@ -182,13 +182,13 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	if o.Memhog, err = filepath.Abs(o.Memhog); err != nil {
 		return err
 	}
-	dconn, direct, err := dial(o.RuntimeEndpoint)
+	dconn, direct, err := Dial(o.RuntimeEndpoint)
 	if err != nil {
 		return err
 	}
 	defer dconn.Close()
 	vctx, vcancel := context.WithTimeout(ctx, time.Minute)
-	_, err = direct.rt.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
+	_, err = direct.Version(vctx, &runtimeapi.VersionRequest{}, grpc.WaitForReady(true))
 	vcancel()
 	if err != nil {
 		return fmt.Errorf("containerd at %q: %w", o.RuntimeEndpoint, err)
@@ -204,7 +204,7 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 		return err
 	}
 	defer func() {
-		err = errors.Join(err, Cleanup(direct.rt, runID, log), dom.Remove())
+		err = errors.Join(err, Cleanup(direct, runID, log), dom.Remove())
 	}()
 	log.WithFields(logrus.Fields{"run": runID, "domain": dom.dir, "limit": o.Domain, "threshold": o.Threshold}).Info("race domain created")
 	var (
@@ -213,7 +213,7 @@ func race(ctx context.Context, o raceOptions, log *logrus.Entry, out io.Writer) 
 	)
 	for _, v := range raceVariants(o) {
 		labels = append(labels, v.label)
-		rs, err := raceMode(ctx, o, v, dom, ooms, direct.rt, workDir, runID, log.WithField("mode", v.label))
+		rs, err := raceMode(ctx, o, v, dom, ooms, direct, workDir, runID, log.WithField("mode", v.label))
 		runs = append(runs, rs...)
 		if err != nil {
 			return fmt.Errorf("mode %s: %w", v.label, err)
@@ -285,8 +285,13 @@ func raceVariants(o raceOptions) []raceVariant {
 
 func FmtBytes(v int64) string { return resource.NewQuantity(v, resource.BinarySI).String() }
 
-// raceConfig is the config file of one mode, with its state dir.
-func raceConfig(o raceOptions, mode, stateDir string, dom *Domain) string {
+// ModeSettings is what mode (one of ParseModes's) adds to the shipped
+// defaults, as config file lines ("" for "default").
+func ModeSettings(mode string) string { return raceModes[mode] }
+
+// Config is the config file of one mode, with the hard threshold of
+// memory.available, its state dir and the domain as the pods cgroup.
+func Config(mode string, threshold int64, stateDir string, dom *Domain) string {
 	return fmt.Sprintf(`podsCgroup: %s
 evictionHard: {memory.available: %q}
 # the next run's pods must be admitted soon after an eviction
@@ -294,7 +299,7 @@ evictionPressureTransitionPeriod: 1s
 stateDir: %s
 metricsAddress: ""
 adminSocket: ""
-`, dom.Group, FmtBytes(o.Threshold), stateDir) + raceModes[mode]
+`, dom.Group, FmtBytes(threshold), stateDir) + raceModes[mode]
 }
 
 // raceMode starts cri-guard with the mode's config, creates the bystanders
@@ -313,10 +318,10 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *Domain, oo
 		}
 	}
 	cfgPath := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(raceConfig(o, v.mode, stateDir, dom)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(Config(v.mode, o.Threshold, stateDir, dom)), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := StartChild(benchOptions{RuntimeEndpoint: o.RuntimeEndpoint, ProxyArgs: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)
+	p, err := StartChild(ChildConfig{RuntimeEndpoint: o.RuntimeEndpoint, Args: "--config " + cfgPath + " --log-level " + o.GuardLogLevel}, o.Binary, nil, dir, log)
 	if err != nil {
 		return nil, err
 	}
@@ -325,12 +330,12 @@ func raceMode(ctx context.Context, o raceOptions, v raceVariant, dom *Domain, oo
 			log.WithError(err).Warn("stop cri-guard")
 		}
 	}()
-	gconn, guarded, err := dial(p.Endpoint)
+	gconn, guarded, err := Dial(p.Endpoint)
 	if err != nil {
 		return nil, err
 	}
 	defer gconn.Close()
-	r := &racer{o: o, mode: mode, runaways: v.runaways, ignoreTerm: v.ignoreTerm, dom: dom, direct: direct, guard: guarded.rt, dir: dir, runID: runID,
+	r := &racer{o: o, mode: mode, runaways: v.runaways, ignoreTerm: v.ignoreTerm, dom: dom, direct: direct, guard: guarded, dir: dir, runID: runID,
 		guardLog: filepath.Join(dir, "cri-guard.log"), ooms: ooms, log: log}
 	r.killsSeen, r.gapsSeen = ooms.count()
 	if err := r.waitServing(ctx); err != nil {

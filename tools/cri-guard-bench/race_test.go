@@ -103,7 +103,7 @@ func TestRaceVariants(t *testing.T) {
 	if n := len(raceVariants(o)); n != 2 {
 		t.Fatalf("variants without --slow-state-dir: %d, want 2", n)
 	}
-	if c := raceConfig(o, "default", "/mnt/slow/race-1-default-slowdisk", &Domain{Group: "/g"}); !strings.Contains(c, "stateDir: /mnt/slow/race-1-default-slowdisk\n") {
+	if c := Config("default", o.Threshold, "/mnt/slow/race-1-default-slowdisk", &Domain{Group: "/g"}); !strings.Contains(c, "stateDir: /mnt/slow/race-1-default-slowdisk\n") {
 		t.Fatalf("config %q does not name the state dir", c)
 	}
 }
