@@ -14,7 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// Subcommand runs a Subcommand of cri-guard-bench: its flags (exit code 2
+// Subcommand runs a subcommand of cri-guard-bench: its flags (exit code 2
 // when bad), then run until it ends or SIGTERM/SIGINT (1 when it fails).
 func Subcommand[O any](name string, args []string, parse func([]string, io.Writer) (O, error), run func(context.Context, O, *logrus.Entry, io.Writer) error) int {
 	o, err := parse(args, os.Stderr)
@@ -36,7 +36,7 @@ func Subcommand[O any](name string, args []string, parse func([]string, io.Write
 	return 0
 }
 
-// SleepCtx sleeps d, or less if ctx ends (maxprocs and apicost).
+// SleepCtx sleeps d, or less if ctx ends.
 func SleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -32,9 +32,9 @@ func TestParseGuardLogLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ParseLogLine([]byte(tt.line))
+			got, ok := parseLogLine([]byte(tt.line))
 			if ok != tt.ok || !got.Time.Equal(tt.want.Time) || got.Msg != tt.want.Msg || got.Pod != tt.want.Pod || got.PodUID != tt.want.PodUID {
-				t.Errorf("parseGuardLogLine = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+				t.Errorf("parseLogLine = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
 		})
 	}

@@ -8,8 +8,7 @@ import (
 	"time"
 )
 
-// LogLine is what the maxprocs bench reads of a line of cri-guard's
-// JSON log.
+// LogLine is what a bench reads of a line of cri-guard's JSON log.
 type LogLine struct {
 	Time   time.Time
 	Msg    string
@@ -17,7 +16,7 @@ type LogLine struct {
 	PodUID string
 }
 
-// cri-guard's log messages the bench waits for.
+// cri-guard's log messages a bench waits for.
 const (
 	MsgEvicting = "evicting pod" // the decision (evictor.Synchronize)
 	MsgEvicted  = "pod evicted"  // its outcome recorded (guard.settleEviction)
@@ -26,9 +25,9 @@ const (
 // logTime is the layout of cri-guard's log timestamps (milliseconds).
 const logTime = "2006-01-02T15:04:05.000Z07:00"
 
-// ParseLogLine parses one line of cri-guard's JSON log (--log-format
+// parseLogLine parses one line of cri-guard's JSON log (--log-format
 // json); ok is false for a line that is not one.
-func ParseLogLine(line []byte) (LogLine, bool) {
+func parseLogLine(line []byte) (LogLine, bool) {
 	var raw struct {
 		Time   string `json:"time"`
 		Msg    string `json:"msg"`
@@ -79,7 +78,7 @@ func (t *LogTail) feed(b []byte) []LogLine {
 		if i < 0 {
 			break
 		}
-		if l, ok := ParseLogLine(buf[:i]); ok {
+		if l, ok := parseLogLine(buf[:i]); ok {
 			out = append(out, l)
 		}
 		buf = buf[i+1:]

@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// UpdateAnnotation is the annotation the updater changes (50 times a
-// second by default, each pod in turn).
+// UpdateAnnotation is on every Pod, "0": a bench changes it to make an
+// informer update (maxprocs's updater, 50 times a second by default).
 const UpdateAnnotation = "cri-guard-bench/update"
 
 // Pod is the i-th pod of a bench (i sets its app label, 50 pods a label),

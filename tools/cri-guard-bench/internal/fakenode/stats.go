@@ -9,11 +9,13 @@ import (
 
 // StatsTree is the proc root the children read memory from.
 type StatsTree struct {
-	Proc, Cgroup string
+	Proc, Cgroup string // a child's procRoot and cgroupRoot
 }
 
+// memTotal is the fake node's MemTotal.
 const memTotal = 16 << 30
 
+// NewStatsTree makes the tree in dir: PSI at zero, 12 GiB of 16 available.
 func NewStatsTree(dir string) (*StatsTree, error) {
 	f := &StatsTree{Proc: filepath.Join(dir, "proc"), Cgroup: filepath.Join(dir, "cgroup")}
 	for _, d := range []string{filepath.Join(f.Proc, "pressure"), f.Cgroup} {
@@ -35,7 +37,7 @@ func (f *StatsTree) SetAvailable(b int64) error {
 	return err
 }
 
-// SetAvailableAt is setAvailable, with the times just before and just
+// SetAvailableAt is SetAvailable, with the times just before and just
 // after the rename that put the new file in place.
 func (f *StatsTree) SetAvailableAt(b int64) (before, after time.Time, err error) {
 	p := filepath.Join(f.Proc, "meminfo")

@@ -43,7 +43,7 @@ type idleOptions struct {
 	CompareLabel  string
 	// DefaultEnv, when set, adds a row: mode default with this extra
 	// environment (comma-separated KEY=VALUE), e.g. GODEBUG=schedtrace=0,
-	// which lets Go's sysmon deep-sleep (cmd/cri-guard/sysmon.go).
+	// which lets Go's sysmon deep-sleep (docs/benchmarks.md).
 	DefaultEnv string
 	// Relist, when positive, sends each cri-guard the kubelet PLEG's
 	// relist (ListPodSandbox and ListContainers) that often while CPU is

@@ -45,8 +45,8 @@ type raceOptions struct {
 	RunTimeout      time.Duration
 	GuardLogLevel   string
 	IgnoreSIGTERM   bool
-	// Scenarios are the runaway scenarios raced with every mode (issue
-	// 22): one runaway, four at once, one that ignores SIGTERM.
+	// Scenarios are the runaway scenarios raced with every mode: one
+	// runaway, four at once, one that ignores SIGTERM.
 	Scenarios []string
 	// SlowStateDir, when set, races every mode a second time with its
 	// state dir made in this directory (a tools/slowfs mount: a slow state disk).
