@@ -26,7 +26,6 @@ import (
 
 	"github.com/cri-guard/cri-guard/internal/admin"
 	"github.com/cri-guard/cri-guard/internal/config"
-
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
 )
 

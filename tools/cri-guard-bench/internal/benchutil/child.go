@@ -9,18 +9,19 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 )
 
 // Child is the cri-guard under test.
 type Child struct {
-	Endpoint string
-	PID      int // 0: unknown (no CPU/RSS figures)
-	Stop     func() error
+	Endpoint string       // its CRI socket
+	PID      int          // 0: unknown (no CPU/RSS figures)
+	Stop     func() error // StartChild's: SIGTERM, then SIGKILL after 15 s
 }
 
 // ChildConfig is what a child cri-guard is started with besides its socket.

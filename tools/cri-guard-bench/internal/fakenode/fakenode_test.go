@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cri-guard/cri-guard/internal/pod"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/cri-guard/cri-guard/internal/pod"
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
 )
 

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/cri-guard/cri-guard/internal/admin"
-
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
 )
 
-// WaitSynced waits until the child has listed the API's pods and adopted
-// the sandboxes.
+// WaitSynced waits, at most 3 minutes, until the child cri-guard whose admin
+// socket is adminSock has listed the API's pods and adopted that many
+// sandboxes.
 func WaitSynced(ctx context.Context, adminSock string, sandboxes int) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string

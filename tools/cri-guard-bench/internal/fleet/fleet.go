@@ -15,7 +15,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
-
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/fakenode"
 )
 

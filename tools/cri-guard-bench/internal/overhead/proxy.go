@@ -11,7 +11,6 @@ import (
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 	"github.com/cri-guard/cri-guard/internal/server"
-
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
 )
 

@@ -23,7 +23,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/cri-guard/cri-guard/internal/config"
-
 	"github.com/cri-guard/cri-guard/tools/cri-guard-bench/internal/benchutil"
 )
 
