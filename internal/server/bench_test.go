@@ -2,11 +2,9 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	apitest "k8s.io/cri-api/pkg/apis/testing"
 )
 
 // Benchmarks of the hop: the same call straight to the fake runtime and
@@ -33,16 +31,7 @@ func BenchmarkVersion(b *testing.B) {
 
 func BenchmarkListContainers60(b *testing.B) {
 	e := newEnv(b, nil)
-	var cs []*apitest.FakeContainer
-	for i := range 60 {
-		c := &apitest.FakeContainer{SandboxID: fmt.Sprintf("sandbox-%02d", i/2)}
-		c.Id = fmt.Sprintf("%064d", i)
-		c.Metadata = &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("c%d", i)}
-		c.Image = &runtimeapi.ImageSpec{Image: "registry.k8s.io/pause:3.9"}
-		c.Labels = map[string]string{"io.kubernetes.pod.name": fmt.Sprintf("pod-%d", i/2), "io.kubernetes.pod.namespace": "default"}
-		cs = append(cs, c)
-	}
-	e.fake.Runtime.SetFakeContainers(cs)
+	e.fake.Runtime.SetFakeContainers(fakeContainers(60))
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
