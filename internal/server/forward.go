@@ -34,10 +34,11 @@ func (s *Server) handle(_ any, ss grpc.ServerStream) error {
 
 // dispatch picks the path for method: hooked, unary fast path or stream.
 func (s *Server) dispatch(ss grpc.ServerStream, method string) error {
-	if h, ok := s.hooks[method]; ok {
-		return s.forwardHooked(ss, method, h)
+	r := s.routes[method]
+	if r.hook != nil {
+		return s.forwardHooked(ss, method, r.hook)
 	}
-	if s.unary[method] {
+	if r.unary {
 		return s.forwardUnary(ss, method)
 	}
 	if method == runtimeapi.RuntimeService_GetContainerEvents_FullMethodName && s.cfg.SubscribeEvents != nil {
@@ -65,13 +66,17 @@ func (s *Server) forwardUnary(ss grpc.ServerStream, method string) error {
 	defer func() {
 		p.req.Free()
 		p.resp.Free()
+		// gRPC sets these only for a call that got a stream to the
+		// runtime: the next call must not find this one's. (SetHeader and
+		// SetTrailer copied them.)
+		p.hdr, p.trl = nil, nil
 		s.pairs.Put(p)
 	}()
 	if err := ss.RecvMsg(&p.req); err != nil {
 		return err
 	}
-	var hdr, trl metadata.MD
-	err := s.backend.Invoke(outgoing(ss.Context()), method, &p.req, &p.resp, grpc.Header(&hdr), grpc.Trailer(&trl))
+	err := s.backend.Invoke(outgoing(ss.Context()), method, &p.req, &p.resp, p.opts...)
+	hdr, trl := p.hdr, p.trl
 	if len(trl) > 0 {
 		ss.SetTrailer(trl)
 	}

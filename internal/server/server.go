@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy"
 )
@@ -122,11 +123,13 @@ var _ Backend = (*runtimeproxy.Client)(nil)
 type Server struct {
 	cfg     Config
 	backend Backend
-	hooks   Hooks
-	unary   map[string]bool
-	log     *logrus.Entry
-	grpc    *grpc.Server
-	pairs   sync.Pool
+	// routes says how each method that is not pumped as a stream is
+	// served: one lookup per call finds its hook or the unary fast path.
+	// Never written after New.
+	routes map[string]route
+	log    *logrus.Entry
+	grpc   *grpc.Server
+	pairs  sync.Pool
 
 	// drainCtx is cancelled when the server starts stopping; long-lived
 	// streams end then instead of holding up the graceful stop.
@@ -139,10 +142,44 @@ type Server struct {
 	stopped  chan struct{}
 }
 
-type framePair struct{ req, resp runtimeproxy.Frame }
+// route is how the calls of one method are served.
+type route struct {
+	hook  UnaryHook // nil: not hooked
+	unary bool      // a unary CRI method: the one-frame fast path
+}
 
-// New builds a server forwarding to backend. hooks may be nil; it is not
-// modified or read concurrently with writes after New.
+// routesOf returns the routes of the unary CRI methods this build knows
+// and of the hooked methods.
+func routesOf(hooks Hooks) map[string]route {
+	routes := map[string]route{}
+	for m := range unaryMethods() {
+		routes[m] = route{unary: true}
+	}
+	for m, h := range hooks {
+		r := routes[m]
+		r.hook = h
+		routes[m] = r
+	}
+	return routes
+}
+
+// framePair is what one fast-path call uses, pooled: the request and
+// response frames, the runtime's header and trailer, and the call options
+// that ask gRPC for them (made once per pair, not per call).
+type framePair struct {
+	req, resp runtimeproxy.Frame
+	hdr, trl  metadata.MD
+	opts      []grpc.CallOption
+}
+
+func newFramePair() any {
+	p := new(framePair)
+	p.opts = []grpc.CallOption{grpc.Header(&p.hdr), grpc.Trailer(&p.trl)}
+	return p
+}
+
+// New builds a server forwarding to backend. hooks may be nil; New takes
+// its entries, so changes made to it afterwards are not seen.
 func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, error) {
 	if cfg.Listen == "" {
 		return nil, errors.New("new server: listen path is empty")
@@ -174,12 +211,11 @@ func New(cfg Config, backend Backend, hooks Hooks, log *logrus.Entry) (*Server, 
 	s := &Server{
 		cfg:     cfg,
 		backend: backend,
-		hooks:   hooks,
-		unary:   unaryMethods(),
+		routes:  routesOf(hooks),
 		log:     log,
 		stopped: make(chan struct{}),
 	}
-	s.pairs.New = func() any { return new(framePair) }
+	s.pairs.New = newFramePair
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.grpc = grpc.NewServer(
 		grpc.ForceServerCodecV2(runtimeproxy.Codec{}),
