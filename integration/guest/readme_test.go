@@ -43,7 +43,7 @@ func TestGuestReadme(t *testing.T) {
 	r := runScript(t, 10*time.Minute, "readme.sh")
 	expect(t, r, map[string]string{
 		"rollback_failed": "", "rolled_back": "yes", "direct_sandboxes_ok": "yes",
-		"first_run_failed": "", "through_cri_guard": "yes", "status_exit": "0",
+		"first_run_failed": "", "through_wait": "", "through_cri_guard": "yes", "status_exit": "0",
 	})
 	if r.code != 0 {
 		t.Fatalf("readme.sh exit %d", r.code)
