@@ -224,6 +224,34 @@ func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
 	return strings.Count(s, msg)
 }
 
+// guardLogLinesSinceStart counts the lines of the cluster's cri-guard log
+// since its last start (as guardLogCountSinceStart) that carry every one of
+// subs.
+func (c *cluster) guardLogLinesSinceStart(t *testing.T, subs ...string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.dir, "logs", "cri-guard.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if i := strings.LastIndex(s, `msg=serving`); i >= 0 {
+		s = s[i:]
+	} else if i := strings.LastIndex(s, `msg="serving"`); i >= 0 {
+		s = s[i:]
+	}
+	n := 0
+	for _, line := range strings.Split(s, "\n") {
+		all := true
+		for _, sub := range subs {
+			all = all && strings.Contains(line, sub)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
 // kPod is the part of a Pod object the tests read.
 type kPod struct {
 	Metadata struct {

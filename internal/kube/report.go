@@ -85,9 +85,9 @@ const eventComponent = "cri-guard"
 // kubelet start costs at most reassertMax writes per reported pod. The
 // race between that first sync and the write at the start is the new
 // kubelet's to win when the old one had replaced the report at its status
-// syncs (its container exited 0, so the phase it derived was not the
-// API's): a kubelet that exits (KubeletStopped) has the report written
-// again while none runs, and the next one's first sync reads it.
+// syncs: a kubelet that exits (KubeletStopped) has the report written
+// again while none runs, and the next one's first sync reads it (unless
+// the pod's container exited 0: see KubeletStopped).
 const (
 	reassertMax    = 3
 	reassertWindow = 10 * time.Minute
@@ -261,7 +261,11 @@ func (c *Client) KubeletStarted() {
 // replaced (it does at each status sync once its cache lacks the report,
 // and the bound may have left it so) is written now, while no kubelet
 // can write over it, so that the next kubelet's first sync reads it
-// whatever the race between that sync and KubeletStarted's write. Every
+// whatever the race between that sync and KubeletStarted's write. That
+// sync keeps it when the phase it derives is the API's Failed; a pod
+// whose container exited 0 derives Succeeded, which the kubelet forces
+// back to Failed without any reason, at every sync, whatever the API
+// holds: there no write sticks, and the bound ends the exchange. Every
 // written report gets its bound again, as at a start: a kubelet restart
 // costs at most 1 + reassertMax writes per reported pod. It never blocks.
 func (c *Client) KubeletStopped() {
