@@ -55,4 +55,7 @@ through=$(static_ready "unix://$SOCK")
 echo "ready_through_cri_guard=$through"
 echo "through_cri_guard=$([ "$(kubelet_endpoint)" = 1 ] && [ "$through" -ge "$before" ] && echo yes || echo no)"
 cri-guard status >/tmp/readme/status 2>&1; echo "status_exit=$?"
+# the edited config is the one running: cri-guard warns when a reload met
+# changes only a restart applies (the critical rules, the pods cgroup, ...)
+echo "restart_needed=$(journalctl -u cri-guard --no-pager -o cat --since "@${t0%.*}" | grep -c 'need a restart')"
 sed 's/^/# status: /' /tmp/readme/status | head -30
