@@ -4,11 +4,14 @@
 // pair, all ECDSA P-256 PEM files in one directory. Existing files are kept,
 // so a cluster that comes up again keeps its identities.
 //
-//	mkcerts -dir DIR -node NAME
+//	mkcerts -dir DIR -node NAME [-ips IP,...]
 //
 // Files: ca, apiserver, apiserver-kubelet-client, admin, controller-manager,
 // scheduler, node (the kubelet's client: system:node:NAME in system:nodes),
-// kubelet (serving) as NAME.crt + NAME.key, and sa.key + sa.pub.
+// kubelet (serving) as NAME.crt + NAME.key, and sa.key + sa.pub. The serving
+// certificates (apiserver, kubelet) are for loopback, and for the addresses
+// -ips names too: a cluster of several nodes, each in a network namespace of
+// its own, reaches the apiserver and the kubelets by their node addresses.
 //
 // It uses the standard library only and imports no other package of this module.
 package main
@@ -28,6 +31,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -48,18 +52,40 @@ type leaf struct {
 func main() {
 	dir := flag.String("dir", "", "directory to write the PKI into")
 	node := flag.String("node", "cri-guard-node", "the node name the kubelet registers as")
+	ipList := flag.String("ips", "", "more IP addresses (comma-separated) for the apiserver's and the kubelet's serving certificates")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "mkcerts: -dir is required")
 		os.Exit(2)
 	}
-	if err := run(*dir, *node); err != nil {
+	ips, err := parseIPs(*ipList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mkcerts:", err)
+		os.Exit(2)
+	}
+	if err := run(*dir, *node, ips); err != nil {
 		fmt.Fprintln(os.Stderr, "mkcerts:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, node string) error {
+// parseIPs parses a comma-separated list of IP addresses ("" is none).
+func parseIPs(list string) ([]net.IP, error) {
+	var ips []net.IP
+	if list == "" {
+		return nil, nil
+	}
+	for _, f := range strings.Split(list, ",") {
+		ip := net.ParseIP(strings.TrimSpace(f))
+		if ip == nil {
+			return nil, fmt.Errorf("-ips: %q is not an IP address", f)
+		}
+		ips = append(ips, ip)
+	}
+	return ips, nil
+}
+
+func run(dir, node string, ips []net.IP) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %q: %w", dir, err)
 	}
@@ -67,17 +93,17 @@ func run(dir, node string) error {
 	if err != nil {
 		return err
 	}
-	loopback := []net.IP{net.IPv4(127, 0, 0, 1)}
+	addrs := append([]net.IP{net.IPv4(127, 0, 0, 1)}, ips...)
 	leaves := []leaf{
 		{name: "apiserver", cn: "kube-apiserver", server: true,
 			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-			ips: append(loopback, net.IPv4(10, 96, 0, 1))},
+			ips: append(append([]net.IP{}, addrs...), net.IPv4(10, 96, 0, 1))},
 		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}},
 		{name: "admin", cn: "cri-guard-admin", orgs: []string{"system:masters"}},
 		{name: "controller-manager", cn: "system:kube-controller-manager"},
 		{name: "scheduler", cn: "system:kube-scheduler"},
 		{name: "node", cn: "system:node:" + node, orgs: []string{"system:nodes"}},
-		{name: "kubelet", cn: node, server: true, dns: []string{node, "localhost"}, ips: loopback},
+		{name: "kubelet", cn: node, server: true, dns: []string{node, "localhost"}, ips: addrs},
 	}
 	for _, l := range leaves {
 		if err := issue(dir, l, ca, caKey); err != nil {

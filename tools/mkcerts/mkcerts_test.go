@@ -31,7 +31,7 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 // peer checks, and a second run keeps the files it finds.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
-	if err := run(dir, "n1"); err != nil {
+	if err := run(dir, "n1", nil); err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
@@ -84,7 +84,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run(dir, "n1"); err != nil {
+	if err := run(dir, "n1", nil); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.ReadFile(filepath.Join(dir, "node.crt"))
@@ -93,5 +93,35 @@ func TestRun(t *testing.T) {
 	}
 	if !bytes.Equal(before, after) {
 		t.Error("a second run replaced node.crt")
+	}
+}
+
+// TestRunIPs: -ips adds the node addresses to the serving certificates of
+// the apiserver and the kubelet (loopback stays), and to no client's.
+func TestRunIPs(t *testing.T) {
+	dir := t.TempDir()
+	ips, err := parseIPs("10.244.80.1, 10.244.80.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "n2", ips); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"apiserver", "kubelet"} {
+		c := readCert(t, filepath.Join(dir, name+".crt"))
+		for _, h := range []string{"127.0.0.1", "10.244.80.1", "10.244.80.2"} {
+			if err := c.VerifyHostname(h); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+	if c := readCert(t, filepath.Join(dir, "node.crt")); len(c.IPAddresses) != 0 {
+		t.Errorf("node.crt (a client's) has IP addresses %v", c.IPAddresses)
+	}
+	if _, err := parseIPs("10.244.80.1,nope"); err == nil {
+		t.Error(`parseIPs("10.244.80.1,nope"): no error`)
+	}
+	if ips, err := parseIPs(""); err != nil || ips != nil {
+		t.Errorf(`parseIPs(""): %v, %v; want none`, ips, err)
 	}
 }
