@@ -10,6 +10,8 @@
 #   scripts/rt.sh up-events           start (or keep) the events instance; idempotent
 #   scripts/rt.sh down-events         undo everything `up-events` did
 #   scripts/rt.sh images DIR          build the test images (OCI archives) into DIR
+#   scripts/rt.sh node-config DIR CGROUP REG SUBNET NETWORK
+#                                     containerd's, CNI's and the registry's configs for another node's containerd
 #
 # The stack: containerd $CTRD and runc $RUNC built from their Go modules (by
 # scripts/build-runtime.sh, the same build the UML guest of scripts/vm.sh runs;
@@ -192,6 +194,18 @@ state = "$RT/state"
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$RT/cni/net.d"
 TOML
+}
+
+# node_config DIR CGROUP REG SUBNET NETWORK: the same containerd, CNI and
+# registry configs for another containerd under DIR (scripts/cluster.sh's
+# extra nodes: each in a network namespace of its own, where the registry
+# is REG), in the v1 cgroups /CGROUP/containerd, its pods on SUBNET.
+node_config() {
+  local RT=$1 CG=$2
+  mkdir -p "$RT"/{root,state,opt,cni/net.d,certs.d}
+  containerd2_toml
+  cni_conflist "$RT" "$5" "$BRIDGE" "$4"
+  registry_mirrors "$RT" "$3"
 }
 
 configs() {
@@ -424,6 +438,10 @@ restart-containerd) stop_containerd; start_containerd ;;
 status) up_ok ;;
 up-events) up_events ;;
 down-events) down_events ;;
+node-config)
+  [ $# = 6 ] || die "usage: $0 node-config DIR CGROUP REG SUBNET NETWORK"
+  node_config "$2" "$3" "$4" "$5" "$6"
+  ;;
 images)
   # images DIR: the test images as OCI archives in DIR (for scripts/vm.sh), offline.
   [ -n "${2:-}" ] || die "usage: $0 images DIR"
@@ -434,5 +452,5 @@ images)
     -nnp "$2/.helpers/nnp" -fakenginx "$2/.helpers/fakenginx" >/dev/null
   rm -rf "$2/.helpers"
   ;;
-*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status|up-events|down-events|images DIR" ;;
+*) die "usage: $0 up|down|restart-containerd|stop-containerd|start-containerd|status|up-events|down-events|images DIR|node-config DIR CGROUP REG SUBNET NETWORK" ;;
 esac
