@@ -63,7 +63,9 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 	}
 	// an image of an earlier run under the same name would be used as it
 	// is (IfNotPresent): this run's is pulled
-	_, _ = c.rt.CrictlErr(c.rt.Containerd, "rmi", controllerImageRef)
+	for _, n := range c.nodes {
+		_, _ = c.rt.CrictlErr(c.nodeContainerd(n), "rmi", controllerImageRef)
+	}
 
 	var manifests []string
 	for _, f := range []string{"01-admission-policy.yaml", "02-rbac.yaml", "03-deployment.yaml"} {
@@ -73,7 +75,8 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 		}
 		m := string(b)
 		if f == "03-deployment.yaml" {
-			m = controllerDeployment(t, b)
+			host, port := c.apiServer(t)
+			m = controllerDeployment(t, b, host, port)
 		}
 		manifests = append(manifests, m)
 	}
@@ -84,8 +87,10 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 			}
 		}
 		_, _ = c.kubectl("", "-n", "kube-system", "delete", "lease", controllerLease, "--ignore-not-found")
-		_, _ = c.kubectl("", "taint", "node", clusterNode, "cri-guard.io/memory-pressure-")
-		_, _ = c.rt.CrictlErr(c.rt.Containerd, "rmi", controllerImageRef)
+		for _, n := range c.nodes {
+			_, _ = c.kubectl("", "taint", "node", n.name, "cri-guard.io/memory-pressure-")
+			_, _ = c.rt.CrictlErr(c.nodeContainerd(n), "rmi", controllerImageRef)
+		}
 	})
 	for _, m := range manifests {
 		c.apply(t, m)
@@ -97,14 +102,15 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 }
 
 // controllerDeployment is the shipped Deployment with what this cluster
-// needs and production does not: the API server listens on 127.0.0.1 only
-// and no kube-proxy serves the kubernetes Service, so the pods share the
-// host's network and are pointed at 127.0.0.1:16443; two replicas on one
-// host network cannot share the metrics port, so each listens on a port of
-// its own (127.0.0.1:0, read from its log) and the probes, which need a
-// fixed one, go. Everything else (RBAC, policy, tolerations, priority,
-// security context, two replicas, leader election) is as shipped.
-func controllerDeployment(t *testing.T, shipped []byte) string {
+// needs and production does not: the API server listens on one address
+// only (127.0.0.1; the nodes' network with several nodes) and no
+// kube-proxy serves the kubernetes Service, so the pods share the host's
+// network (their node's) and are pointed at apiHost:apiPort; two replicas
+// on one host network cannot share the metrics port, so each listens on a
+// port of its own (127.0.0.1:0, read from its log) and the probes, which
+// need a fixed one, go. Everything else (RBAC, policy, tolerations,
+// priority, security context, two replicas, leader election) is as shipped.
+func controllerDeployment(t *testing.T, shipped []byte, apiHost, apiPort string) string {
 	t.Helper()
 	var d map[string]any
 	if err := yaml.Unmarshal(shipped, &d); err != nil {
@@ -126,8 +132,8 @@ func controllerDeployment(t *testing.T, shipped []byte) string {
 	}
 	ctr["args"] = args
 	ctr["env"] = []any{
-		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": "16443"},
+		map[string]any{"name": "KUBERNETES_SERVICE_HOST", "value": apiHost},
+		map[string]any{"name": "KUBERNETES_SERVICE_PORT", "value": apiPort},
 	}
 	delete(ctr, "ports")
 	delete(ctr, "livenessProbe")
@@ -271,8 +277,14 @@ type nodeEvent struct {
 
 func (c *cluster) watchNode(t *testing.T) *nodeWatch {
 	t.Helper()
+	return c.watchNodeNamed(t, clusterNode)
+}
+
+// watchNodeNamed is watchNode of the Node name.
+func (c *cluster) watchNodeNamed(t *testing.T, name string) *nodeWatch {
+	t.Helper()
 	tmpl := `jsonpath={.metadata.resourceVersion}{"|"}{.status.conditions[?(@.type=="CriGuardMemoryPressure")].status}{"|"}{.spec.taints[*].key}{"\n"}`
-	cmd := exec.Command(c.kubectlBin, "--kubeconfig", c.kubeconfig, "get", "node", clusterNode, "--watch", "-o", tmpl)
+	cmd := exec.Command(c.kubectlBin, "--kubeconfig", c.kubeconfig, "get", "node", name, "--watch", "-o", tmpl)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -333,14 +345,21 @@ func tainted(e nodeEvent) bool { return strings.Contains(e.taints, "cri-guard.io
 // from the condition False to the taint gone, as the watch saw them.
 func (c *cluster) episode(t *testing.T, w *nodeWatch, during func()) (on, off time.Duration) {
 	t.Helper()
+	return c.episodeAt(t, w, c.dir, during)
+}
+
+// episodeAt is episode on the node whose directory is dir (its stats
+// tree), watched by w.
+func (c *cluster) episodeAt(t *testing.T, w *nodeWatch, dir string, during func()) (on, off time.Duration) {
+	t.Helper()
 	from := w.len()
-	c.setAvailable(t, 500<<20)
+	setAvailableAt(t, dir, 500<<20)
 	i, condTrue := w.first(t, c, "CriGuardMemoryPressure True", from, func(e nodeEvent) bool { return e.condition == "True" })
 	_, taint := w.first(t, c, "the taint set", i, tainted)
 	if during != nil {
 		during()
 	}
-	c.setAvailable(t, 12<<30)
+	setAvailableAt(t, dir, 12<<30)
 	i, condFalse := w.first(t, c, "CriGuardMemoryPressure False", i, func(e nodeEvent) bool { return e.condition == "False" })
 	_, gone := w.first(t, c, "the taint removed", i, func(e nodeEvent) bool { return !tainted(e) })
 	return taint.Sub(condTrue), gone.Sub(condFalse)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,12 +40,35 @@ type cluster struct {
 	kubeconfig string
 	kubectlBin string
 	rt         harness.Runtime // the containerd of rt.sh the kubelet runs on (through cri-guard)
+	// nodes: what $CRI_GUARD_CLUSTER/nodes.tsv lists when the cluster has
+	// several nodes (CRI_GUARD_CLUSTER_NODES); node 1 alone otherwise
+	nodes []clusterNodeInfo
 }
 
-// needCluster returns the cluster, or skips the test saying why it cannot run.
-// A cluster that is named but not up fails the test: `make test` brought it
-// up, so it should be there.
+// clusterNodeInfo is one node of the cluster: its number for `cluster.sh
+// node K`, its name, and its directory (its stats/ tree and cri-guard/;
+// $CRI_GUARD_CLUSTER for node 1).
+type clusterNodeInfo struct {
+	num  int
+	name string
+	dir  string
+}
+
+// needCluster returns the one-node cluster, or skips the test saying why it
+// cannot run. A cluster that is named but not up fails the test: `make
+// test` brought it up, so it should be there. A cluster of several nodes
+// skips: these tests place pods and pressure on node 1 alone.
 func needCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := lookupCluster(t)
+	if len(c.nodes) > 1 {
+		t.Skipf("cluster: %d nodes; this test needs the one-node cluster (scripts/cluster.sh up without CRI_GUARD_CLUSTER_NODES)", len(c.nodes))
+	}
+	return c
+}
+
+// lookupCluster is needCluster's cluster, of any number of nodes.
+func lookupCluster(t *testing.T) *cluster {
 	t.Helper()
 	dir := os.Getenv("CRI_GUARD_CLUSTER")
 	if dir == "" {
@@ -63,7 +87,42 @@ func needCluster(t *testing.T) *cluster {
 	if out, err := exec.Command("bash", harness.Script(t, "cluster.sh"), "status").CombinedOutput(); err != nil {
 		t.Fatalf("cluster: CRI_GUARD_CLUSTER=%s but `cluster.sh status` fails (%v): %s", dir, err, out)
 	}
+	c.nodes = []clusterNodeInfo{{num: 1, name: clusterNode, dir: dir}}
+	b, err := os.ReadFile(filepath.Join(dir, "nodes.tsv"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if err == nil {
+		c.nodes = nil
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var n clusterNodeInfo
+			if _, err := fmt.Sscanf(l, "%d\t%s\t%s", &n.num, &n.name, &n.dir); err != nil {
+				t.Fatalf("nodes.tsv: %q: %v", l, err)
+			}
+			c.nodes = append(c.nodes, n)
+		}
+	}
 	return c
+}
+
+// apiServer is the API server's host and port, from the admin kubeconfig.
+func (c *cluster) apiServer(t *testing.T) (string, string) {
+	t.Helper()
+	out := c.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}")
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimSpace(out), "https://"))
+	if err != nil {
+		t.Fatalf("the kubeconfig's server %q: %v", out, err)
+	}
+	return host, port
+}
+
+// nodeContainerd is the CRI socket of a node's containerd: the harness's
+// for node 1, its own for the others.
+func (c *cluster) nodeContainerd(n clusterNodeInfo) string {
+	if n.num == 1 {
+		return c.rt.Containerd
+	}
+	return filepath.Join(n.dir, "ctrd", "containerd.sock")
 }
 
 // kubectl runs kubectl with the admin kubeconfig; stdin may be empty.
@@ -169,14 +228,29 @@ func (c *cluster) waitFor(t *testing.T, what string, timeout time.Duration, cond
 // setAvailable rewrites the fake meminfo that the cluster's cri-guard reads.
 func (c *cluster) setAvailable(t *testing.T, b int64) {
 	t.Helper()
-	harness.WriteMeminfo(t, filepath.Join(c.dir, "stats", "proc", "meminfo"), b)
+	setAvailableAt(t, c.dir, b)
+}
+
+// setAvailableAt rewrites the fake meminfo that the cri-guard of the node
+// whose directory is dir reads.
+func setAvailableAt(t *testing.T, dir string, b int64) {
+	t.Helper()
+	harness.WriteMeminfo(t, filepath.Join(dir, "stats", "proc", "meminfo"), b)
 }
 
 // guardStatus is `cri-guard status` of the cluster's cri-guard.
 func (c *cluster) guardStatus(t *testing.T) string {
 	t.Helper()
+	return c.guardStatusAt(t, c.dir)
+}
+
+// guardStatusAt is `cri-guard status` of the cri-guard of the node whose
+// directory is dir (its admin socket is a file: reachable from outside the
+// node's network namespace).
+func (c *cluster) guardStatusAt(t *testing.T, dir string) string {
+	t.Helper()
 	out, err := exec.Command(filepath.Join(c.dir, "bin", "cri-guard"), "status", "--admin",
-		filepath.Join(c.dir, "cri-guard", "admin.sock")).CombinedOutput()
+		filepath.Join(dir, "cri-guard", "admin.sock")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("cri-guard status: %v\n%s", err, out)
 	}
@@ -263,6 +337,7 @@ type kPod struct {
 	Spec struct {
 		PriorityClassName string `json:"priorityClassName"`
 		Priority          *int32 `json:"priority"`
+		NodeName          string `json:"nodeName"`
 	} `json:"spec"`
 	Status struct {
 		Phase      string `json:"phase"`
