@@ -44,8 +44,9 @@ type controllerReplica struct {
 // its image to the harness registry, applies contrib/controller/ (the
 // Deployment patched for this cluster only, see controllerDeployment) and
 // waits for both replicas to run; at cleanup it deletes all of it, the
-// Lease, the image and the taint.
-func (c *cluster) deployController(t *testing.T) []controllerReplica {
+// Lease, the image and the taint. Each of args ("--flag=value") replaces
+// the shipped Deployment's argument of that flag.
+func (c *cluster) deployController(t *testing.T, args ...string) []controllerReplica {
 	t.Helper()
 	dir := t.TempDir()
 	root := harness.Path(t, ".")
@@ -76,7 +77,7 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 		m := string(b)
 		if f == "03-deployment.yaml" {
 			host, port := c.apiServer(t)
-			m = controllerDeployment(t, b, host, port)
+			m = controllerDeployment(t, b, host, port, args...)
 		}
 		manifests = append(manifests, m)
 	}
@@ -109,8 +110,9 @@ func (c *cluster) deployController(t *testing.T) []controllerReplica {
 // on one host network cannot share the metrics port, so each listens on a
 // port of its own (127.0.0.1:0, read from its log) and the probes, which
 // need a fixed one, go. Everything else (RBAC, policy, tolerations,
-// priority, security context, two replicas, leader election) is as shipped.
-func controllerDeployment(t *testing.T, shipped []byte, apiHost, apiPort string) string {
+// priority, security context, two replicas, leader election) is as shipped,
+// but for the arguments that overrides ("--flag=value") replace.
+func controllerDeployment(t *testing.T, shipped []byte, apiHost, apiPort string, overrides ...string) string {
 	t.Helper()
 	var d map[string]any
 	if err := yaml.Unmarshal(shipped, &d); err != nil {
@@ -121,14 +123,26 @@ func controllerDeployment(t *testing.T, shipped []byte, apiHost, apiPort string)
 	ctr := pod["containers"].([]any)[0].(map[string]any)
 	var args []any
 	found := false
+	replaced := map[string]bool{}
 	for _, a := range ctr["args"].([]any) {
-		if s, _ := a.(string); strings.HasPrefix(s, "--metrics-address=") {
+		s, _ := a.(string)
+		if strings.HasPrefix(s, "--metrics-address=") {
 			a, found = "--metrics-address=127.0.0.1:0", true
+		}
+		for _, o := range overrides {
+			if flag, _, _ := strings.Cut(o, "="); strings.HasPrefix(s, flag+"=") {
+				a, replaced[o] = o, true
+			}
 		}
 		args = append(args, a)
 	}
 	if !found {
 		t.Fatal("03-deployment.yaml: no --metrics-address argument")
+	}
+	for _, o := range overrides {
+		if !replaced[o] {
+			t.Fatalf("03-deployment.yaml: no argument for %s to replace", o)
+		}
 	}
 	ctr["args"] = args
 	ctr["env"] = []any{

@@ -4,11 +4,16 @@ package cluster
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cri-guard/cri-guard/integration/harness"
 )
 
 // The TestClusterMultiNode* tests run on a cluster of several nodes
@@ -87,6 +92,13 @@ func podsByNode(m map[string]string) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, "; ")
+}
+
+// event is the watch's event i.
+func (w *nodeWatch) event(i int) nodeEvent {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lines[i]
 }
 
 // median of durations (the lower middle one of an even count).
@@ -252,5 +264,105 @@ func TestClusterMultiNodeEviction(t *testing.T) {
 	}
 	if m := slices.Max(offs); m > bound {
 		t.Errorf("condition False -> taint removed: max %v over %d episodes, want at most %v", m, len(offs), bound)
+	}
+}
+
+// TestClusterMultiNodeStaleHeartbeat: a node's cri-guard is SIGKILLed while
+// its CriGuardMemoryPressure is True. Nothing rewrites the condition any
+// more and its heartbeat ages; the controller, run with --stale-after=30s
+// over heartbeats of 10 s (the node's cri-guard with
+// kubernetes.nodeStatusHeartbeat: 10s), takes the taint off that node once
+// the heartbeat it last saw is 30 s old: not before (the condition is True
+// throughout, only old), and not much after (a delayed recheck, no resync
+// needed). Started again under the same pressure, cri-guard writes a fresh
+// condition and the node is tainted again; after the calm the taint goes.
+// Another node is never tainted.
+func TestClusterMultiNodeStaleHeartbeat(t *testing.T) {
+	c := needMultiNode(t, 3)
+	target, other := c.nodes[1], c.nodes[2]
+	num := strconv.Itoa(target.num)
+	cfgPath := filepath.Join(target.dir, "cri-guard", "config-api.yaml")
+	orig, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const heartbeat, staleAfter = 10 * time.Second, 30 * time.Second
+	s := strings.Replace(string(orig), "nodeName: "+target.name+"}",
+		fmt.Sprintf("nodeName: %s, nodeStatusHeartbeat: %s}", target.name, heartbeat), 1)
+	if s == string(orig) {
+		t.Fatalf("%s: no kubernetes line naming %s:\n%s", cfgPath, target.name, orig)
+	}
+	t.Cleanup(func() {
+		setAvailableAt(t, target.dir, 12<<30)
+		c.script(t, false, "node", num, "kill-cri-guard")
+		if err := os.WriteFile(cfgPath, orig, 0o644); err != nil {
+			t.Error(err)
+		}
+		c.script(t, false, "node", num, "start-cri-guard", "api")
+	})
+	harness.WriteAtomic(t, cfgPath, s)
+	c.script(t, false, "node", num, "kill-cri-guard")
+	c.script(t, false, "node", num, "start-cri-guard", "api")
+	c.waitFor(t, target.name+": cri-guard's API cache synced", time.Minute, func() (bool, string) {
+		st := c.guardStatusAt(t, target.dir)
+		return strings.Contains(st, "api server:") && strings.Contains(st, "connected"), st
+	})
+	c.deployController(t, fmt.Sprintf("--stale-after=%s", staleAfter))
+
+	w, wo := c.watchNodeNamed(t, target.name), c.watchNodeNamed(t, other.name)
+	from := w.len()
+	setAvailableAt(t, target.dir, 500<<20)
+	i, condTrue := w.first(t, c, "CriGuardMemoryPressure True", from, func(e nodeEvent) bool { return e.condition == "True" })
+	i, taintAt := w.first(t, c, "the taint set", i, tainted)
+	// a heartbeat or two, so that the one the controller last saw is one
+	// cri-guard rewrote unchanged
+	time.Sleep(heartbeat + heartbeat/2)
+	hbOut := c.must(t, "get", "node", target.name, "-o", `jsonpath={.status.conditions[?(@.type=="CriGuardMemoryPressure")].lastHeartbeatTime}`)
+	killed := time.Now()
+	c.script(t, false, "node", num, "kill-cri-guard")
+	hb, err := time.Parse(time.RFC3339, strings.TrimSpace(hbOut))
+	if err != nil {
+		t.Fatalf("lastHeartbeatTime %q: %v", hbOut, err)
+	}
+	// the last heartbeat is read again once cri-guard is gone: one written
+	// between the read and the kill counts
+	if again := c.must(t, "get", "node", target.name, "-o", `jsonpath={.status.conditions[?(@.type=="CriGuardMemoryPressure")].lastHeartbeatTime}`); strings.TrimSpace(again) != strings.TrimSpace(hbOut) {
+		if hb, err = time.Parse(time.RFC3339, strings.TrimSpace(again)); err != nil {
+			t.Fatalf("lastHeartbeatTime %q: %v", again, err)
+		}
+	}
+	j, untaintAt := w.first(t, c, "the taint removed, the condition stale", i, func(e nodeEvent) bool { return !tainted(e) })
+	if e := w.event(j); e.condition != "True" {
+		t.Errorf("untainted with the condition %q: want it still True (only stale)", e.condition)
+	}
+	staleAt := hb.Add(staleAfter)
+	// lastHeartbeatTime has whole seconds: the controller's staleAt is
+	// the same value, the test's clock may be up to a second past it
+	if untaintAt.Before(staleAt.Add(-time.Second)) {
+		t.Errorf("untainted at %s, before the heartbeat %s was %v old", untaintAt.Format(time.RFC3339Nano), hb.Format(time.RFC3339), staleAfter)
+	}
+	if late := untaintAt.Sub(staleAt); late > 10*time.Second {
+		t.Errorf("untainted %v after the heartbeat went stale, want within 10s", late)
+	}
+	t.Logf("condition True -> taint %v; SIGKILL of cri-guard on %s %v after its last heartbeat (%s); untainted %v after the kill, %v after the heartbeat went stale (--stale-after=%v)",
+		taintAt.Sub(condTrue).Round(time.Millisecond), target.name, killed.Sub(hb).Round(time.Second), hb.Format(time.RFC3339),
+		untaintAt.Sub(killed).Round(time.Millisecond), untaintAt.Sub(staleAt).Round(time.Millisecond), staleAfter)
+
+	// cri-guard again, the pressure unchanged: a fresh condition, the taint back
+	restarted := time.Now()
+	c.script(t, false, "node", num, "start-cri-guard", "api")
+	j, retaint := w.first(t, c, "the taint set again", j, tainted)
+	setAvailableAt(t, target.dir, 12<<30)
+	j, condFalse := w.first(t, c, "CriGuardMemoryPressure False", j, func(e nodeEvent) bool { return e.condition == "False" })
+	_, gone := w.first(t, c, "the taint removed", j, func(e nodeEvent) bool { return !tainted(e) })
+	t.Logf("cri-guard started again: tainted %v later; calm: condition False -> taint removed %v",
+		retaint.Sub(restarted).Round(time.Millisecond), gone.Sub(condFalse).Round(time.Millisecond))
+
+	wo.mu.Lock()
+	defer wo.mu.Unlock()
+	for _, e := range wo.lines {
+		if tainted(e) || e.condition == "True" {
+			t.Errorf("%s (no pressure) at %s: condition %q, taints %q", other.name, e.at.Format(time.RFC3339Nano), e.condition, e.taints)
+		}
 	}
 }
