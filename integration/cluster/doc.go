@@ -15,6 +15,11 @@
 //	  go test -tags integration -count=1 -v ./integration/cluster/
 //	scripts/cluster.sh down
 //
+// The TestClusterMultiNode* tests (multinode_test.go) need a cluster of
+// three nodes, CRI_GUARD_CLUSTER_NODES=3 scripts/cluster.sh up, and skip on
+// the one-node cluster; every other test skips on a cluster of several
+// nodes.
+//
 // While the cluster is up the kubelet owns the harness containerd: no other
 // test may use it meanwhile. What these tests share with the other
 // end-to-end packages is in integration/harness.
