@@ -510,6 +510,12 @@ spec:
 // deploymentManifest is a Deployment of BestEffort replicas running
 // podCommand, labelled app=<name>.
 func deploymentManifest(ns, name string, replicas int) string {
+	return deploymentManifestSpec(ns, name, replicas, "")
+}
+
+// deploymentManifestSpec is deploymentManifest with extra pod spec lines
+// (indented by six spaces).
+func deploymentManifestSpec(ns, name string, replicas int, extraSpec string) string {
 	return fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata: {name: %s, namespace: %s}
@@ -521,12 +527,12 @@ spec:
     spec:
       terminationGracePeriodSeconds: 5
       dnsPolicy: Default
-      containers:
+%s      containers:
       - name: main
         image: %s
         imagePullPolicy: IfNotPresent
         command: [sh, -c, '%s']
-`, name, ns, replicas, name, name, clusterImage, podCommand)
+`, name, ns, replicas, name, name, extraSpec, clusterImage, podCommand)
 }
 
 // criticalPod creates a system-node-critical pod in kube-system named

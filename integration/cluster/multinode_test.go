@@ -40,29 +40,13 @@ func needMultiNode(t *testing.T, n int) *cluster {
 // and while a node is tainted its replicas' replacements may go to the
 // others without breaking the spread.
 func spreadDeploymentManifest(ns, name string, replicas int) string {
-	return fmt.Sprintf(`apiVersion: apps/v1
-kind: Deployment
-metadata: {name: %s, namespace: %s}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: %s}}
-  template:
-    metadata: {labels: {app: %s}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      dnsPolicy: Default
-      topologySpreadConstraints:
+	return deploymentManifestSpec(ns, name, replicas, fmt.Sprintf(`      topologySpreadConstraints:
       - maxSkew: 1
         topologyKey: kubernetes.io/hostname
         whenUnsatisfiable: DoNotSchedule
         nodeTaintsPolicy: Honor
         labelSelector: {matchLabels: {app: %s}}
-      containers:
-      - name: main
-        image: %s
-        imagePullPolicy: IfNotPresent
-        command: [sh, -c, '%s']
-`, name, ns, replicas, name, name, name, clusterImage, podCommand)
+`, name))
 }
 
 // runningReplicas is the replicas that run and are ready, by pod name to
@@ -129,11 +113,6 @@ func median(ds []time.Duration) time.Duration {
 func TestClusterMultiNodeEviction(t *testing.T) {
 	c := needMultiNode(t, 3)
 	nodes := c.nodes[:3]
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			setAvailableAt(t, n.dir, 12<<30)
-		}
-	})
 	for _, n := range nodes {
 		c.waitFor(t, n.name+": cri-guard's API cache synced", time.Minute, func() (bool, string) {
 			st := c.guardStatusAt(t, n.dir)
@@ -165,6 +144,12 @@ func TestClusterMultiNodeEviction(t *testing.T) {
 	})
 	t.Logf("the replicas: %s", podsByNode(running))
 
+	// calm first at cleanup, while the controller still runs and untaints
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			setAvailableAt(t, n.dir, 12<<30)
+		}
+	})
 	evicted := map[string]string{} // pod -> the node it was evicted from
 	var ons, offs []time.Duration
 	const episodes = 10
