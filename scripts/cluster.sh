@@ -626,8 +626,12 @@ down() {
   [ -e "$C" ] || return 0
   [ -f "$MARK" ] || die "$C exists but was not made by cluster.sh (no $MARK): not touching it"
   ts "down"
-  local k
-  for k in $(extra_nodes); do at_node "$k" node_down; done
+  local k jobs=()
+  for k in $(extra_nodes); do # side by side: each waits seconds for its processes to stop
+    at_node "$k" node_down &
+    jobs+=("$!")
+  done
+  for k in "${jobs[@]}"; do wait "$k" || true; done
   stop kubelet TERM
   if [ -S "$RT/containerd.sock" ] && [ -x "$RT/bin/crictl" ]; then
     local id
