@@ -329,10 +329,11 @@ func (c *cluster) guardLogLinesSinceStart(t *testing.T, subs ...string) int {
 // kPod is the part of a Pod object the tests read.
 type kPod struct {
 	Metadata struct {
-		Name            string `json:"name"`
-		Namespace       string `json:"namespace"`
-		UID             string `json:"uid"`
-		ResourceVersion string `json:"resourceVersion"`
+		Name              string  `json:"name"`
+		Namespace         string  `json:"namespace"`
+		UID               string  `json:"uid"`
+		ResourceVersion   string  `json:"resourceVersion"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
 		PriorityClassName string `json:"priorityClassName"`
