@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -244,15 +245,30 @@ func TestClusterMultiNodeEviction(t *testing.T) {
 	}
 	t.Logf("%d pod versions watched; %d pods Failed: %d evicted replicas, %d deleted by their ReplicaSet", len(versions), len(failed), len(evicted), deletedFailed)
 	// The evicted pods keep cri-guard's report (a status sync of the
-	// kubelet's may replace it for a moment: cri-guard writes it again).
+	// kubelet's may replace it for a moment: cri-guard writes it again),
+	// those that are still there: a Failed pod of a ReplicaSet may be
+	// deleted (each was seen Failed/Evicted in its episode).
+	var gone []string
 	for name := range evicted {
 		c.waitFor(t, name+" Failed/Evicted at the end", 30*time.Second, func() (bool, string) {
-			p, err := c.pod(t, ns, name)
+			out, err := c.kubectl("", "-n", ns, "get", "pod", name, "--ignore-not-found", "-o", "json")
 			if err != nil {
+				return false, err.Error()
+			}
+			if strings.TrimSpace(out) == "" {
+				gone = append(gone, name)
+				return true, ""
+			}
+			var p kPod
+			if err := json.Unmarshal([]byte(out), &p); err != nil {
 				return false, err.Error()
 			}
 			return p.Status.Phase == "Failed" && p.Status.Reason == "Evicted", fmt.Sprintf("%+v\n  %s", p.Status, strings.Join(history[name], "\n  "))
 		})
+	}
+	sort.Strings(gone)
+	for _, name := range gone {
+		t.Logf("evicted pod %s deleted by the end:\n  %s", name, strings.Join(history[name], "\n  "))
 	}
 	for _, n := range nodes {
 		if taints := c.must(t, "get", "node", n.name, "-o", "jsonpath={.spec.taints[*].key}"); strings.Contains(taints, "cri-guard.io/memory-pressure") {
