@@ -148,30 +148,7 @@ func median(ds []time.Duration) time.Duration {
 // returns a CRI client through it.
 func serveAlso(t testing.TB, e *env, hooks Hooks, adjust func(cfg *Config, backend *runtimeproxy.Client)) runtimeapi.RuntimeServiceClient {
 	t.Helper()
-	backend, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: e.fake.Path}, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = backend.Close() })
-	cfg := Config{Listen: filepath.Join(e.dir, "also", "cri-guard.sock")}
-	if adjust != nil {
-		adjust(&cfg, backend)
-	}
-	srv, err := New(cfg, backend, hooks, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return runtimeapi.NewRuntimeServiceClient(dialCRI(t, cfg.Listen))
+	listen := filepath.Join(e.dir, "also", "cri-guard.sock")
+	serveGuard(t, e.fake.Path, listen, hooks, adjust)
+	return runtimeapi.NewRuntimeServiceClient(dialCRI(t, listen))
 }

@@ -57,23 +57,17 @@ func dialCRI(t testing.TB, path string) *grpc.ClientConn {
 	return conn
 }
 
-func newEnv(t testing.TB, hooks Hooks) *env {
+// serveGuard serves a cri-guard server on listen in front of the runtime at
+// endpoint (a runtime connection of its own), configured by hooks and
+// adjust, until the test ends.
+func serveGuard(t testing.TB, endpoint, listen string, hooks Hooks, adjust func(cfg *Config, backend *runtimeproxy.Client)) (*Server, *runtimeproxy.Client) {
 	t.Helper()
-	return newEnvCfg(t, hooks, nil)
-}
-
-// newEnvCfg is newEnv with a chance to adjust the server's Config.
-func newEnvCfg(t testing.TB, hooks Hooks, adjust func(cfg *Config, backend *runtimeproxy.Client)) *env {
-	t.Helper()
-	dir := shortDir(t)
-	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"),
-		grpc.MaxRecvMsgSize(runtimeproxy.DefaultMaxMsgSize), grpc.MaxSendMsgSize(runtimeproxy.DefaultMaxMsgSize))
-	backend, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: fake.Path}, testLog())
+	backend, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: endpoint}, testLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = backend.Close() })
-	cfg := Config{Listen: filepath.Join(dir, "guard", "cri-guard.sock")}
+	cfg := Config{Listen: listen}
 	if adjust != nil {
 		adjust(&cfg, backend)
 	}
@@ -93,6 +87,21 @@ func newEnvCfg(t testing.TB, hooks Hooks, adjust func(cfg *Config, backend *runt
 			t.Errorf("serve: %v", err)
 		}
 	})
+	return srv, backend
+}
+
+func newEnv(t testing.TB, hooks Hooks) *env {
+	t.Helper()
+	return newEnvCfg(t, hooks, nil)
+}
+
+// newEnvCfg is newEnv with a chance to adjust the server's Config.
+func newEnvCfg(t testing.TB, hooks Hooks, adjust func(cfg *Config, backend *runtimeproxy.Client)) *env {
+	t.Helper()
+	dir := shortDir(t)
+	fake := fakeruntime.Start(t, filepath.Join(dir, "rt.sock"),
+		grpc.MaxRecvMsgSize(runtimeproxy.DefaultMaxMsgSize), grpc.MaxSendMsgSize(runtimeproxy.DefaultMaxMsgSize))
+	srv, backend := serveGuard(t, fake.Path, filepath.Join(dir, "guard", "cri-guard.sock"), hooks, adjust)
 	pc := dialCRI(t, filepath.Join(dir, "guard", "cri-guard.sock"))
 	dc := dialCRI(t, fake.Path)
 	return &env{

@@ -52,29 +52,9 @@ func TestHeaderAndTrailerPassThrough(t *testing.T) {
 	runtimeapi.RegisterRuntimeServiceServer(rtSrv, echoRuntime{})
 	go func() { _ = rtSrv.Serve(l) }()
 	t.Cleanup(rtSrv.Stop)
-	backend, err := runtimeproxy.New(runtimeproxy.Config{Endpoint: rtSock}, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = backend.Close() })
-	cfg := Config{Listen: filepath.Join(dir, "guard", "cri-guard.sock"), StreamWorkers: 1}
-	srv, err := New(cfg, backend, nil, testLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	rt := runtimeapi.NewRuntimeServiceClient(dialCRI(t, cfg.Listen))
+	listen := filepath.Join(dir, "guard", "cri-guard.sock")
+	serveGuard(t, rtSock, listen, nil, func(cfg *Config, _ *runtimeproxy.Client) { cfg.StreamWorkers = 1 })
+	rt := runtimeapi.NewRuntimeServiceClient(dialCRI(t, listen))
 
 	call := func(kv ...string) (hdr, trl metadata.MD, err error) {
 		cctx := metadata.AppendToOutgoingContext(ctxT(t), kv...)
