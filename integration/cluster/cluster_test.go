@@ -280,10 +280,9 @@ func (c *cluster) restoreAPIConfigAtCleanup(t *testing.T) (string, []byte) {
 	return cfgPath, orig
 }
 
-// guardLogCountSinceStart counts the lines of the cluster's cri-guard log
-// that carry msg, after the last start's "serving" line (the log is
-// appended to by every start).
-func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
+// guardLogSinceStart is the cluster's cri-guard log after its last start's
+// "serving" line (the log is appended to by every start).
+func (c *cluster) guardLogSinceStart(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(c.dir, "logs", "cri-guard.log"))
 	if err != nil {
@@ -295,26 +294,22 @@ func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
 	} else if i := strings.LastIndex(s, `msg="serving"`); i >= 0 {
 		s = s[i:]
 	}
-	return strings.Count(s, msg)
+	return s
+}
+
+// guardLogCountSinceStart counts the occurrences of msg in the cluster's
+// cri-guard log since its last start.
+func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
+	t.Helper()
+	return strings.Count(c.guardLogSinceStart(t), msg)
 }
 
 // guardLogLinesSinceStart counts the lines of the cluster's cri-guard log
-// since its last start (as guardLogCountSinceStart) that carry every one of
-// subs.
+// since its last start that carry every one of subs.
 func (c *cluster) guardLogLinesSinceStart(t *testing.T, subs ...string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.dir, "logs", "cri-guard.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	if i := strings.LastIndex(s, `msg=serving`); i >= 0 {
-		s = s[i:]
-	} else if i := strings.LastIndex(s, `msg="serving"`); i >= 0 {
-		s = s[i:]
-	}
 	n := 0
-	for _, line := range strings.Split(s, "\n") {
+	for line := range strings.SplitSeq(c.guardLogSinceStart(t), "\n") {
 		all := true
 		for _, sub := range subs {
 			all = all && strings.Contains(line, sub)
