@@ -297,13 +297,6 @@ func (c *cluster) guardLogSinceStart(t *testing.T) string {
 	return s
 }
 
-// guardLogCountSinceStart counts the occurrences of msg in the cluster's
-// cri-guard log since its last start.
-func (c *cluster) guardLogCountSinceStart(t *testing.T, msg string) int {
-	t.Helper()
-	return strings.Count(c.guardLogSinceStart(t), msg)
-}
-
 // guardLogLinesSinceStart counts the lines of the cluster's cri-guard log
 // since its last start that carry every one of subs.
 func (c *cluster) guardLogLinesSinceStart(t *testing.T, subs ...string) int {
