@@ -127,7 +127,12 @@ func (c *cluster) nodeContainerd(n clusterNodeInfo) string {
 
 // kubectl runs kubectl with the admin kubeconfig; stdin may be empty.
 func (c *cluster) kubectl(stdin string, args ...string) (string, error) {
-	cmd := exec.Command(c.kubectlBin, append([]string{"--kubeconfig", c.kubeconfig,
+	return c.kubectlWith(c.kubeconfig, stdin, args...)
+}
+
+// kubectlWith is kubectl with the credentials of another kubeconfig.
+func (c *cluster) kubectlWith(kubeconfig, stdin string, args ...string) (string, error) {
+	cmd := exec.Command(c.kubectlBin, append([]string{"--kubeconfig", kubeconfig,
 		"--cache-dir", filepath.Join(c.dir, "kube-cache"), "--request-timeout", "30s"}, args...)...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)

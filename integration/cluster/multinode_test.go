@@ -64,6 +64,24 @@ func (c *cluster) runningReplicas(t *testing.T, ns, selector string) (running ma
 	return running, all
 }
 
+// spreadDeployment creates spreadDeploymentManifest's Deployment and waits
+// for its replicas to run one on each node; it returns them by pod name to
+// node.
+func (c *cluster) spreadDeployment(t *testing.T, ns, app string, replicas int) map[string]string {
+	t.Helper()
+	c.apply(t, spreadDeploymentManifest(ns, app, replicas))
+	var running map[string]string
+	c.waitFor(t, fmt.Sprintf("%d replicas running, one on each node", replicas), 3*time.Minute, func() (bool, string) {
+		running, _ = c.runningReplicas(t, ns, "app="+app)
+		on := map[string]bool{}
+		for _, n := range running {
+			on[n] = true
+		}
+		return len(running) == replicas && len(on) == replicas, podsByNode(running)
+	})
+	return running
+}
+
 // podsByNode is "node: pod, pod; node: pod" of a pod-to-node map.
 func podsByNode(m map[string]string) string {
 	by := map[string][]string{}
@@ -114,12 +132,7 @@ func median(ds []time.Duration) time.Duration {
 func TestClusterMultiNodeEviction(t *testing.T) {
 	c := needMultiNode(t, 3)
 	nodes := c.nodes[:3]
-	for _, n := range nodes {
-		c.waitFor(t, n.name+": cri-guard's API cache synced", time.Minute, func() (bool, string) {
-			st := c.guardStatusAt(t, n.dir)
-			return strings.Contains(st, "api server:") && strings.Contains(st, "connected"), st
-		})
-	}
+	c.waitGuardsSynced(t, nodes)
 	t.Logf("$ kubectl get nodes -o wide\n%s", c.must(t, "get", "nodes", "-o", "wide"))
 
 	replicas := c.deployController(t)
@@ -133,16 +146,7 @@ func TestClusterMultiNodeEviction(t *testing.T) {
 	ns := c.namespace(t, "cg-multi")
 	pw := c.watchPods(t, ns)
 	const app, selector, want = "web", "app=web", 3
-	c.apply(t, spreadDeploymentManifest(ns, app, want))
-	var running map[string]string
-	c.waitFor(t, "3 replicas running, one on each node", 3*time.Minute, func() (bool, string) {
-		running, _ = c.runningReplicas(t, ns, selector)
-		on := map[string]bool{}
-		for _, n := range running {
-			on[n] = true
-		}
-		return len(running) == want && len(on) == want, podsByNode(running)
-	})
+	running := c.spreadDeployment(t, ns, app, want)
 	t.Logf("the replicas: %s", podsByNode(running))
 
 	// calm first at cleanup, while the controller still runs and untaints
@@ -329,10 +333,7 @@ func TestClusterMultiNodeStaleHeartbeat(t *testing.T) {
 	harness.WriteAtomic(t, cfgPath, s)
 	c.script(t, false, "node", num, "kill-cri-guard")
 	c.script(t, false, "node", num, "start-cri-guard", "api")
-	c.waitFor(t, target.name+": cri-guard's API cache synced", time.Minute, func() (bool, string) {
-		st := c.guardStatusAt(t, target.dir)
-		return strings.Contains(st, "api server:") && strings.Contains(st, "connected"), st
-	})
+	c.waitGuardsSynced(t, []clusterNodeInfo{target})
 	c.deployController(t, fmt.Sprintf("--stale-after=%s", staleAfter))
 
 	w, wo := c.watchNodeNamed(t, target.name), c.watchNodeNamed(t, other.name)
