@@ -50,11 +50,12 @@ INTEGRATION_TIMEOUT ?= 40m
 HOST_TEST_PKGS ?= ./integration/host/ ./integration/hostile/ ./internal/pressure/
 CRI_GUARD_CLUSTER_DIR ?= /tmp/cri-guard-cluster
 CLUSTER_TIMEOUT ?= 20m
+MULTINODE_TIMEOUT ?= 30m
 CRI_GUARD_VM_DIR ?= /tmp/cri-guard-vm
 GUEST_TIMEOUT ?= 40m
 export CRI_GUARD_RT
 
-.PHONY: compat controller-image monitoring-test monitoring-scrape monitoring-rule deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test scripts-test integration run rt-up rt-down cluster-up cluster-down cluster-test clean install verify-units
+.PHONY: compat controller-image monitoring-test monitoring-scrape monitoring-rule deb vm-up vm-down guest-test build test unit kubeletdiff slowfs tools-test scripts-test integration run rt-up rt-down cluster-up cluster-down cluster-test multinode-test clean install verify-units
 DESTDIR ?=
 
 # How cri-guard is built for use (make build, run, install; the benchmark):
@@ -169,6 +170,12 @@ test:
 	    echo "make test: scripts/cluster.sh up failed" >&2; rc=1; \
 	  fi; \
 	  CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; \
+	  if CRI_GUARD_CLUSTER_NODES=3 CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up; then \
+	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(MULTINODE_TIMEOUT) -v -run '^TestClusterMultiNode' ./integration/cluster/ || rc=1; \
+	  else \
+	    echo "make test: CRI_GUARD_CLUSTER_NODES=3 scripts/cluster.sh up failed" >&2; rc=1; \
+	  fi; \
+	  CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; \
 	else \
 	  echo "make test: scripts/rt.sh up failed" >&2; rc=1; \
 	fi; \
@@ -205,6 +212,10 @@ vm-down:
 
 guest-test:
 	CRI_GUARD_VM=$(CRI_GUARD_VM_DIR) $(GO) test -tags integration -count=1 -timeout $(GUEST_TIMEOUT) -v ./integration/guest/
+
+# The three-node tests: CRI_GUARD_CLUSTER_NODES=3 scripts/cluster.sh up first.
+multinode-test:
+	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(MULTINODE_TIMEOUT) -v -run '^TestClusterMultiNode' ./integration/cluster/
 
 cluster-test:
 	CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(CLUSTER_TIMEOUT) -v ./integration/cluster/
