@@ -25,5 +25,8 @@
 // OpenDeferred serves without it (ErrUnavailable) until a background
 // attempt opens it.
 //
+// A Writer makes records durable off its caller's goroutine (the sync
+// loop), one write per record under way and a bounded number at once.
+//
 // Package checkpoint imports only the internal package pod.
 package checkpoint

@@ -9,7 +9,7 @@
 //     outcome is recorded: an eviction counts once its stop happened, a
 //     failed stop leaves the pod ranked.
 //   - The loop does not wait on a disk, a runtime call or the API:
-//     records are written by the writer off the loop, listings, restore
+//     records are written by a checkpoint.Writer off the loop, listings, restore
 //     retries and stops run off it and come back through its queue,
 //     reports are queued.
 //   - A call is never failed after the runtime succeeded, and bookkeeping

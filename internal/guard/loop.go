@@ -178,7 +178,7 @@ type Loop struct {
 
 	unsavedState atomic.Pointer[UnsavedState] // the records in memory only (publishUnsaved)
 
-	w *writer // makes records durable off the loop
+	w *checkpoint.Writer // makes records durable off the loop
 
 	// owned by the loop goroutine
 	pods        map[string]*pod.Pod  // by pod key
@@ -237,7 +237,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		trigger:   make(chan struct{}, 1),
 		notify:    make(chan struct{}, 1),
 		events:    make(chan struct{}, 1),
-		w:         newWriter(o.Store),
+		w:         checkpoint.NewWriter(o.Store),
 		pods:      map[string]*pod.Pod{},
 		writing:   map[string]uint64{},
 		unsaved:   map[string]bool{},
@@ -343,7 +343,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case f := <-l.updates:
 			f()
-		case <-l.w.ready:
+		case <-l.w.Ready():
 			l.recordWrites()
 		case <-tick.C:
 			near := l.housekeeping(ctx, passTick)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,176 +12,6 @@ import (
 	"github.com/cri-guard/cri-guard/internal/checkpoint"
 	"github.com/cri-guard/cri-guard/internal/pod"
 )
-
-// maxWrites bounds the checkpoint writes under way at once (each on a
-// goroutine of its own, one per pod key at most), and as many again the
-// awaited ones (a CRI call waits for them).
-const maxWrites = 4
-
-// writer makes the loop's records durable off the loop goroutine: the loop
-// decides and records in memory, hands the writer a snapshot of the record
-// (or a delete) and goes on; an fsync never holds up an eviction (under
-// memory pressure writeback is throttled exactly when the loop must act).
-//
-// Every write has a sequence number. At most one write per pod key is under
-// way (the store's lock is per file name anyway), and one more may wait
-// behind it: a later write of the key supersedes the waiting one, whose
-// waiters are then woken by the later write. Each outcome is queued for the
-// loop (take), which records it (Loop.recordWrites).
-//
-// A write a CRI call waits for (awaited: RunPodSandbox's pending and
-// settled record) never queues behind the others: it takes a slot of its
-// own (awaitedSem). On a slow state disk the writes of a run of evictions
-// queue for seconds; a critical pod's RunPodSandbox waiting behind them
-// was measured answered after 10.6 s (BenchmarkEvictionSlowDisk).
-type writer struct {
-	store      Store
-	sem        chan struct{}
-	awaitedSem chan struct{}
-
-	mu       sync.Mutex
-	seq      uint64
-	keys     map[string]*slot
-	pending  int           // writes submitted and not done
-	drained  chan struct{} // closed when pending drops to 0
-	outcomes []written
-	ready    chan struct{} // signalled when outcomes has entries
-}
-
-// slot is one pod key's writes: the one under way and the one waiting.
-type slot struct {
-	running, queued *write
-}
-
-// write is one put (rec set) or delete (rec nil) of a record.
-type write struct {
-	key     string
-	seq     uint64
-	rec     *checkpoint.Record
-	awaited bool          // a CRI call waits for it: it takes awaitedSem
-	done    chan struct{} // closed when this write, or one that superseded it, is done
-}
-
-// written is the outcome of one write, as the loop records it.
-type written struct {
-	key string
-	seq uint64
-	del bool
-	err error
-}
-
-func newWriter(s Store) *writer {
-	return &writer{store: s, sem: make(chan struct{}, maxWrites), awaitedSem: make(chan struct{}, maxWrites),
-		keys: map[string]*slot{}, ready: make(chan struct{}, 1)}
-}
-
-// put queues a write of rec; the channel is closed once it (or a later
-// write of the same key) is done, successful or not. awaited: a CRI call
-// waits for it.
-func (w *writer) put(rec checkpoint.Record, awaited bool) (uint64, <-chan struct{}) {
-	return w.submit(rec.Pod.Key(), &rec, awaited)
-}
-
-// delete queues the removal of key's record.
-func (w *writer) delete(key string) (uint64, <-chan struct{}) {
-	return w.submit(key, nil, false)
-}
-
-func (w *writer) submit(key string, rec *checkpoint.Record, awaited bool) (uint64, <-chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.seq++
-	j := &write{key: key, seq: w.seq, rec: rec, awaited: awaited}
-	s := w.keys[key]
-	if s == nil {
-		s = &slot{}
-		w.keys[key] = s
-	}
-	switch {
-	case s.running == nil:
-		j.done = make(chan struct{})
-		s.running = j
-		go w.run(j)
-	case s.queued != nil:
-		// supersedes the waiting write, which is never done on its own:
-		// its waiters now wait for j
-		j.done = s.queued.done
-		j.awaited = j.awaited || s.queued.awaited
-		s.queued = j
-		return j.seq, j.done
-	default:
-		j.done = make(chan struct{})
-		s.queued = j
-	}
-	if w.pending == 0 {
-		w.drained = make(chan struct{})
-	}
-	w.pending++
-	return j.seq, j.done
-}
-
-// run does j, then the writes queued behind it for the same key.
-func (w *writer) run(j *write) {
-	for j != nil {
-		sem := w.sem
-		if j.awaited {
-			sem = w.awaitedSem
-		}
-		sem <- struct{}{}
-		var err error
-		if j.rec != nil {
-			err = w.store.Put(*j.rec)
-		} else {
-			err = w.store.Delete(j.key)
-		}
-		<-sem
-		w.mu.Lock()
-		s := w.keys[j.key]
-		next := s.queued
-		s.running, s.queued = next, nil
-		if next == nil {
-			delete(w.keys, j.key)
-		}
-		w.outcomes = append(w.outcomes, written{key: j.key, seq: j.seq, del: j.rec == nil, err: err})
-		if w.pending--; w.pending == 0 {
-			close(w.drained)
-		}
-		w.mu.Unlock()
-		close(j.done)
-		select {
-		case w.ready <- struct{}{}:
-		default:
-		}
-		j = next
-	}
-}
-
-// take returns the outcomes queued since the last call, oldest first.
-func (w *writer) take() []written {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := w.outcomes
-	w.outcomes = nil
-	return out
-}
-
-// flush waits until every write submitted so far, and any submitted
-// meanwhile, is done, or ctx ends.
-func (w *writer) flush(ctx context.Context) error {
-	w.mu.Lock()
-	if w.pending == 0 {
-		w.mu.Unlock()
-		return nil
-	}
-	ch := w.drained
-	w.mu.Unlock()
-	select {
-	case <-ch:
-		return w.flush(ctx) // writes submitted while waiting
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
 
 // save queues a durable write of p's record (loop goroutine): the writer
 // does it off the loop. The outcome comes back through the loop's queue
@@ -192,11 +21,11 @@ func (l *Loop) save(p *pod.Pod) { l.saveAs(p, false) }
 // saveAwaited is save for a record a CRI call waits for (RunPodSandbox's
 // pending and settled record, on its own goroutine): the returned channel
 // is closed once it is written, and the write does not queue behind the
-// others (writer).
+// others (checkpoint.Writer).
 func (l *Loop) saveAwaited(p *pod.Pod) <-chan struct{} { return l.saveAs(p, true) }
 
 func (l *Loop) saveAs(p *pod.Pod, awaited bool) <-chan struct{} {
-	seq, done := l.w.put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
+	seq, done := l.w.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
 	l.writing[p.Key()] = seq
 	return done
 }
@@ -204,7 +33,7 @@ func (l *Loop) saveAs(p *pod.Pod, awaited bool) <-chan struct{} {
 // drop queues the removal of a pod's record (loop goroutine); a write
 // still waiting is superseded.
 func (l *Loop) drop(key string) {
-	seq, _ := l.w.delete(key)
+	seq, _ := l.w.Delete(key)
 	l.writing[key] = seq
 	delete(l.unsaved, key)
 	delete(l.changed, key)
@@ -224,36 +53,36 @@ func (l *Loop) drop(key string) {
 // disk fails every record), and one line says when all are written again.
 func (l *Loop) recordWrites() {
 	roundDone := false
-	for _, o := range l.w.take() {
+	for _, o := range l.w.Take() {
 		if l.retry.outcome(o) {
 			roundDone = true
 		}
-		if l.writing[o.key] != o.seq {
+		if l.writing[o.Key] != o.Seq {
 			continue // a later write of the record is under way
 		}
-		delete(l.writing, o.key)
-		fields := keyFields(o.key)
-		if p, ok := l.pods[o.key]; ok {
+		delete(l.writing, o.Key)
+		fields := keyFields(o.Key)
+		if p, ok := l.pods[o.Key]; ok {
 			fields = podFields(p)
 		}
 		switch {
-		case o.del:
-			if o.err != nil {
-				l.log.WithError(o.err).WithFields(fields).Warn("cannot delete checkpoint")
+		case o.Deleted:
+			if o.Err != nil {
+				l.log.WithError(o.Err).WithFields(fields).Warn("cannot delete checkpoint")
 			}
-		case o.err != nil:
-			log := l.log.WithError(o.err).WithFields(fields)
+		case o.Err != nil:
+			log := l.log.WithError(o.Err).WithFields(fields)
 			if l.retry.since.IsZero() {
 				l.retry.since = l.now()
 				log.Error("cannot write checkpoint: kept in memory, written again with back-off; later failures are logged at debug level until all are written")
 			} else {
 				log.Debug("cannot write checkpoint")
 			}
-			l.retry.lastErr = o.err
-			l.unsaved[o.key] = true
+			l.retry.lastErr = o.Err
+			l.unsaved[o.Key] = true
 		default:
-			if l.unsaved[o.key] {
-				delete(l.unsaved, o.key)
+			if l.unsaved[o.Key] {
+				delete(l.unsaved, o.Key)
 				l.log.WithFields(fields).Debug("checkpoint written after earlier failures")
 			}
 			if len(l.unsaved) > 0 && len(l.retry.round) == 0 {
@@ -304,15 +133,15 @@ type saveRetry struct {
 
 // outcome takes o into the round under way; true when it completes the
 // round.
-func (r *saveRetry) outcome(o written) bool {
-	seq, ok := r.round[o.key]
-	if !ok || o.seq < seq {
+func (r *saveRetry) outcome(o checkpoint.Written) bool {
+	seq, ok := r.round[o.Key]
+	if !ok || o.Seq < seq {
 		return false
 	}
-	delete(r.round, o.key) // this write, or a later one of the record
-	if o.err != nil && !o.del {
+	delete(r.round, o.Key) // this write, or a later one of the record
+	if o.Err != nil && !o.Deleted {
 		r.failed = true
-		r.notOpen = r.notOpen || errors.Is(o.err, checkpoint.ErrUnavailable)
+		r.notOpen = r.notOpen || errors.Is(o.Err, checkpoint.ErrUnavailable)
 	}
 	return len(r.round) == 0
 }
@@ -415,7 +244,7 @@ func (l *Loop) Unsaved() UnsavedState {
 // Flush waits until the records handed to the writer so far are written
 // (shutdown: after Run returned, before the store is closed), or ctx ends.
 func (l *Loop) Flush(ctx context.Context) error {
-	return l.w.flush(ctx)
+	return l.w.Flush(ctx)
 }
 
 // keyFields are the log fields of a pod known by its key alone.
