@@ -135,7 +135,7 @@ func (l *Loop) fastPass(ctx context.Context, f *fastPoller) (near bool) {
 	if f.isNear() {
 		return l.housekeeping(ctx, passFastPoll)
 	}
-	l.wakeCounts[passWatch].Add(1)
+	l.wake.counts[passWatch].Add(1)
 	l.ev.Observe()
 	if !f.isNear() {
 		return false

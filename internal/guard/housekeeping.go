@@ -62,7 +62,7 @@ func (p pass) spaced() bool { return p != passTick && p != passManual }
 // then the eviction. near is the Action's when to look again: the sample
 // found memory near a threshold, the fast poll's interval is next.
 func (l *Loop) housekeeping(ctx context.Context, why pass) (near bool) {
-	l.wakeCounts[why].Add(1)
+	l.wake.counts[why].Add(1)
 	if l.wdog != nil {
 		defer l.wdog()
 	}

@@ -166,13 +166,6 @@ type Loop struct {
 	api     APIPods
 	report  Reporter
 	updates chan func()
-	trigger chan struct{}  // a PSI trigger fired
-	notify  chan struct{}  // a kernel memory notification fired
-	events  chan struct{}  // the pods cgroup's memory.events changed
-	wakeWG  sync.WaitGroup // the wake-ups' goroutines
-	// wakeCounts count the passes by what woke them, and the watch samples
-	// (Wakeups: cri_guard_wakeups_total).
-	wakeCounts [passWatch + 1]atomic.Uint64
 
 	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
@@ -200,8 +193,7 @@ type Loop struct {
 	// records dropped since it started; nil otherwise
 	restoreDrops map[string]bool
 	calls        map[string]int // pod keys: the RunPodSandbox calls in flight that admitted a pending record
-	wake         wakeups        // the running wake-ups
-	fp           *fastPoller    // the fast poll while Run runs; nil when off
+	wake         wakeups        // every wake-up of the loop but its queue
 	closeOnce    sync.Once
 	done         chan struct{}
 
@@ -234,9 +226,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 		api: o.API, report: o.Reporter,
 		bound:     newRateBound(),
 		updates:   make(chan func()),
-		trigger:   make(chan struct{}, 1),
-		notify:    make(chan struct{}, 1),
-		events:    make(chan struct{}, 1),
+		wake:      wakeups{fired: make(chan struct{}, 1)},
 		w:         checkpoint.NewWriter(o.Store),
 		pods:      map[string]*pod.Pod{},
 		writing:   map[string]uint64{},
@@ -300,18 +290,13 @@ func (l *Loop) do(ctx context.Context, f func()) error {
 }
 
 // Trigger asks for a housekeeping pass now (a PSI trigger fired). It never blocks.
-func (l *Loop) Trigger() {
-	select {
-	case l.trigger <- struct{}{}:
-	default:
-	}
-}
+func (l *Loop) Trigger() { l.wake.fire(passTrigger) }
 
 // Run is the loop: it returns when ctx ends.
 func (l *Loop) Run(ctx context.Context) error {
 	defer l.closeOnce.Do(func() { close(l.done) })
 	wctx, stopWakeups := context.WithCancel(ctx)
-	defer func() { stopWakeups(); l.wakeWG.Wait() }()
+	defer func() { stopWakeups(); l.wake.wg.Wait() }()
 	l.startWakeups(wctx)
 	tick := time.NewTicker(l.cfg.HousekeepingInterval)
 	defer tick.Stop()
@@ -325,7 +310,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	defer burst.Stop()
 	burstLeft := 0
 	fp := newFastPoller(l.cfg.FastPoll, l.ev, l.nearCovered, l.cfg.HousekeepingInterval)
-	l.fp = fp
+	l.wake.fp = fp
 	defer fp.stop()
 	fp.schedule(passManual, fp.isNear()) // restore's sample
 	refused := time.NewTimer(time.Hour)
@@ -349,18 +334,20 @@ func (l *Loop) Run(ctx context.Context) error {
 			near := l.housekeeping(ctx, passTick)
 			l.afterTick()
 			fp.schedule(passTick, near)
-		case <-l.trigger:
-			near := l.housekeeping(ctx, passTrigger)
-			burstLeft = psiFollowUps
-			burst.Reset(psiFollowUpInterval)
-			fp.schedule(passTrigger, near)
-		case <-l.notify:
-			// a memory threshold's level was crossed: no PSI follow-ups
-			// (the fast poll takes over near a threshold)
-			fp.schedule(passNotify, l.housekeeping(ctx, passNotify))
-		case <-l.events:
-			// the pods cgroup met memory.high or memory.max, or an OOM
-			fp.schedule(passMemoryEvents, l.housekeeping(ctx, passMemoryEvents))
+		case <-l.wake.fired:
+			// the kernel's: a PSI trigger, a memory threshold's level
+			// crossed, the pods cgroup's memory.events (memory.high or
+			// memory.max met, an OOM); a pass for each that fired
+			for _, why := range l.wake.take() {
+				near := l.housekeeping(ctx, why)
+				if why == passTrigger {
+					// only a trigger's stall has follow-ups: near a
+					// threshold the fast poll takes over
+					burstLeft = psiFollowUps
+					burst.Reset(psiFollowUpInterval)
+				}
+				fp.schedule(why, near)
+			}
 		case <-burst.C:
 			near := l.housekeeping(ctx, passFollowUp)
 			if burstLeft--; burstLeft > 0 {

@@ -3,6 +3,8 @@ package guard
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
@@ -60,8 +62,21 @@ type Notifier interface {
 	Relevel(s pressure.NodeSample)
 }
 
-// wakeups is the loop's running state of its Wakeups (loop goroutine).
+// wakeups is the loop's running state of its Wakeups, and their one way
+// into the loop: a kernel wake-up that fires marks its pass pending and
+// signals fired, the loop takes every pass pending at once (take) and runs
+// them in turn. A wake-up that fires again before its pass ran adds no
+// pass, as a trigger that fires twice while the loop is busy. Unless said
+// otherwise, its fields belong to the loop goroutine.
 type wakeups struct {
+	fired   chan struct{} // signalled after pending is set (any goroutine)
+	pending atomic.Uint32 // a bit per pass the kernel asked for (any goroutine)
+	// counts count the passes by what woke them, and the watch samples
+	// (Wakeups: cri_guard_wakeups_total); any goroutine reads them.
+	counts [passWatch + 1]atomic.Uint64
+	wg     sync.WaitGroup // the wake-ups' goroutines
+	fp     *fastPoller    // the fast poll while Run runs; nil when off
+
 	ctx            context.Context    // ends when the loop's Run returns
 	stopNotifiers  context.CancelFunc // ends the notifiers armed last
 	noNotification bool               // the host has none: said once
@@ -77,6 +92,32 @@ type wakeups struct {
 	recheck chan struct{}
 }
 
+// kernelPasses are the passes the kernel's wake-ups ask for, in the order
+// a take runs them: the PSI trigger first (it starts the follow-ups).
+var kernelPasses = [...]pass{passTrigger, passNotify, passMemoryEvents}
+
+// fire asks for a pass of why (one of kernelPasses); it never blocks.
+func (w *wakeups) fire(why pass) {
+	w.pending.Or(1 << why)
+	select {
+	case w.fired <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the passes asked for since the last take, in kernelPasses'
+// order (loop goroutine).
+func (w *wakeups) take() []pass {
+	bits := w.pending.Swap(0)
+	out := make([]pass, 0, len(kernelPasses))
+	for _, p := range kernelPasses {
+		if bits&(1<<p) != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // nearCovered reports whether a kernel notification watches the near
 // level of the signal's thresholds (loop goroutine).
 func (l *Loop) nearCovered(s pressure.Signal) bool { return l.wake.covered[s] }
@@ -85,7 +126,7 @@ func (l *Loop) nearCovered(s pressure.Signal) bool { return l.wake.covered[s] }
 func (l *Loop) wakeupOf(why pass) evictor.Wakeup {
 	w := evictor.Wakeup{Source: why.String()}
 	if why == passFastPoll {
-		w.ArmedBy = l.fp.armedByNow()
+		w.ArmedBy = l.wake.fp.armedByNow()
 	}
 	return w
 }
@@ -96,9 +137,9 @@ func (l *Loop) wakeupOf(why pass) evictor.Wakeup {
 // restored-refused. Safe from any goroutine.
 func (l *Loop) Wakeups() map[string]uint64 {
 	out := map[string]uint64{}
-	for p := range l.wakeCounts {
+	for p := range l.wake.counts {
 		if pass(p) != passManual {
-			out[pass(p).String()] = l.wakeCounts[p].Load()
+			out[pass(p).String()] = l.wake.counts[p].Load()
 		}
 	}
 	return out
@@ -113,18 +154,15 @@ func (l *Loop) startWakeups(ctx context.Context) {
 		log := l.log.WithField("component", "psi")
 		l.wake.recheck = make(chan struct{}, 1)
 		recheck := l.wake.recheck
-		l.wakeWG.Go(func() { runTrigger(ctx, w.TriggerFile, w.PSITrigger, recheck, l.Trigger, log) })
+		l.wake.wg.Go(func() { runTrigger(ctx, w.TriggerFile, w.PSITrigger, recheck, l.Trigger, log) })
 	}
 	if w.MemoryEvents != nil {
 		log := l.log.WithField("component", "memory-events")
 		log.WithField("watch", w.MemoryEvents.String()).Info("memory.events watch armed")
-		l.wakeWG.Go(func() {
+		l.wake.wg.Go(func() {
 			err := w.MemoryEvents.Run(ctx, func() {
 				log.Debug("memory.events changed")
-				select {
-				case l.events <- struct{}{}:
-				default:
-				}
+				l.wake.fire(passMemoryEvents)
 			})
 			if err != nil && ctx.Err() == nil {
 				log.WithError(err).Warn("memory.events watch stopped: the fast poll, the PSI trigger and housekeeping watch")
@@ -169,7 +207,7 @@ func (l *Loop) armNotifiers(ts []pressure.Threshold) {
 			}
 			l.wake.covered[n.Signal()] = true
 		}
-		l.wakeWG.Go(func() {
+		l.wake.wg.Go(func() {
 			err := n.Run(ctx, func() {
 				log.Debug("kernel memcg notification fired")
 				l.notified()
@@ -219,12 +257,7 @@ func (l *Loop) postUnless(ctx context.Context, f func()) {
 
 // notified asks for a pass now because the kernel said a memory threshold
 // was crossed; it never blocks.
-func (l *Loop) notified() {
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
-}
+func (l *Loop) notified() { l.wake.fire(passNotify) }
 
 // runTrigger arms the PSI trigger on file() and calls fire each time it
 // fires. It follows file, looked at again at each recheck (the loop's
