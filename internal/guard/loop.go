@@ -169,15 +169,10 @@ type Loop struct {
 
 	degraded atomic.Pointer[error] // why the loop serves without a finished restore
 
-	unsavedState atomic.Pointer[UnsavedState] // the records in memory only (publishUnsaved)
-
-	w *checkpoint.Writer // makes records durable off the loop
+	saves saves // the records' writes, their outcomes and retries
 
 	// owned by the loop goroutine
 	pods        map[string]*pod.Pod  // by pod key
-	writing     map[string]uint64    // pod keys with a write under way: its sequence number
-	unsaved     map[string]bool      // pod keys whose last checkpoint write failed
-	retry       saveRetry            // the pace of their writes
 	refused     []*evictor.Eviction  // restored pods refused at start-up, to evict first
 	inflight    []*inFlight          // the evictions whose stop is under way
 	lastEvicted time.Time            // when the last eviction's stop returned
@@ -227,10 +222,8 @@ func New(cfg Config, o Options) (*Loop, error) {
 		bound:     newRateBound(),
 		updates:   make(chan func()),
 		wake:      wakeups{fired: make(chan struct{}, 1)},
-		w:         checkpoint.NewWriter(o.Store),
+		saves:     newSaves(o.Store),
 		pods:      map[string]*pod.Pod{},
-		writing:   map[string]uint64{},
-		unsaved:   map[string]bool{},
 		changed:   map[string]uint64{},
 		unsettled: map[string]time.Time{},
 		calls:     map[string]int{},
@@ -328,7 +321,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case f := <-l.updates:
 			f()
-		case <-l.w.Ready():
+		case <-l.saves.w.Ready():
 			l.recordWrites()
 		case <-tick.C:
 			near := l.housekeeping(ctx, passTick)

@@ -37,7 +37,7 @@ const pendingGrace = 2 * time.Minute
 // the records it changed are written.
 func (l *Loop) Restore(ctx context.Context) (RestoreReport, error) {
 	rep, err := l.restore(ctx)
-	if ferr := l.w.Flush(ctx); ferr != nil {
+	if ferr := l.saves.w.Flush(ctx); ferr != nil {
 		l.log.WithError(ferr).Warn("restore: checkpoint writes not finished")
 	}
 	return rep, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -12,6 +13,23 @@ import (
 	"github.com/cri-guard/cri-guard/internal/checkpoint"
 	"github.com/cri-guard/cri-guard/internal/pod"
 )
+
+// saves are the loop's record writes: the writer that makes them durable
+// off the loop, the writes under way, and the records whose last write
+// failed with the pace of their retries. Unless said otherwise, its
+// fields belong to the loop goroutine.
+type saves struct {
+	w       *checkpoint.Writer
+	writing map[string]uint64 // pod keys with a write under way: its sequence number
+	unsaved map[string]bool   // pod keys whose last write failed
+	retry   saveRetry         // the pace of their writes
+	// unsavedState is what Unsaved returns (publishUnsaved; any goroutine)
+	unsavedState atomic.Pointer[UnsavedState]
+}
+
+func newSaves(s Store) saves {
+	return saves{w: checkpoint.NewWriter(s), writing: map[string]uint64{}, unsaved: map[string]bool{}}
+}
 
 // save queues a durable write of p's record (loop goroutine): the writer
 // does it off the loop. The outcome comes back through the loop's queue
@@ -25,17 +43,17 @@ func (l *Loop) save(p *pod.Pod) { l.saveAs(p, false) }
 func (l *Loop) saveAwaited(p *pod.Pod) <-chan struct{} { return l.saveAs(p, true) }
 
 func (l *Loop) saveAs(p *pod.Pod, awaited bool) <-chan struct{} {
-	seq, done := l.w.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
-	l.writing[p.Key()] = seq
+	seq, done := l.saves.w.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
+	l.saves.writing[p.Key()] = seq
 	return done
 }
 
 // drop queues the removal of a pod's record (loop goroutine); a write
 // still waiting is superseded.
 func (l *Loop) drop(key string) {
-	seq, _ := l.w.Delete(key)
-	l.writing[key] = seq
-	delete(l.unsaved, key)
+	seq, _ := l.saves.w.Delete(key)
+	l.saves.writing[key] = seq
+	delete(l.saves.unsaved, key)
 	delete(l.changed, key)
 	delete(l.unsettled, key)
 	if l.restoreDrops != nil {
@@ -53,14 +71,14 @@ func (l *Loop) drop(key string) {
 // disk fails every record), and one line says when all are written again.
 func (l *Loop) recordWrites() {
 	roundDone := false
-	for _, o := range l.w.Take() {
-		if l.retry.outcome(o) {
+	for _, o := range l.saves.w.Take() {
+		if l.saves.retry.outcome(o) {
 			roundDone = true
 		}
-		if l.writing[o.Key] != o.Seq {
+		if l.saves.writing[o.Key] != o.Seq {
 			continue // a later write of the record is under way
 		}
-		delete(l.writing, o.Key)
+		delete(l.saves.writing, o.Key)
 		fields := keyFields(o.Key)
 		if p, ok := l.pods[o.Key]; ok {
 			fields = podFields(p)
@@ -72,29 +90,29 @@ func (l *Loop) recordWrites() {
 			}
 		case o.Err != nil:
 			log := l.log.WithError(o.Err).WithFields(fields)
-			if l.retry.since.IsZero() {
-				l.retry.since = l.now()
+			if l.saves.retry.since.IsZero() {
+				l.saves.retry.since = l.now()
 				log.Error("cannot write checkpoint: kept in memory, written again with back-off; later failures are logged at debug level until all are written")
 			} else {
 				log.Debug("cannot write checkpoint")
 			}
-			l.retry.lastErr = o.Err
-			l.unsaved[o.Key] = true
+			l.saves.retry.lastErr = o.Err
+			l.saves.unsaved[o.Key] = true
 		default:
-			if l.unsaved[o.Key] {
-				delete(l.unsaved, o.Key)
+			if l.saves.unsaved[o.Key] {
+				delete(l.saves.unsaved, o.Key)
 				l.log.WithFields(fields).Debug("checkpoint written after earlier failures")
 			}
-			if len(l.unsaved) > 0 && len(l.retry.round) == 0 {
+			if len(l.saves.unsaved) > 0 && len(l.saves.retry.round) == 0 {
 				// the disk takes writes again: probe at the next pass
 				// rather than after the back-off
-				l.retry.next = time.Time{}
+				l.saves.retry.next = time.Time{}
 			}
 		}
 	}
 	if roundDone {
-		l.retry.roundDone(l.now(), l.retryBase())
-		if l.retry.bulk {
+		l.saves.retry.roundDone(l.now(), l.retryBase())
+		if l.saves.retry.bulk {
 			l.retryUnsaved() // the probe was written: the rest at once
 		}
 	}
@@ -170,13 +188,13 @@ func (r *saveRetry) roundDone(now time.Time, base time.Duration) {
 // retryUnsaved writes again the records whose last write failed, paced by
 // saveRetry (loop goroutine).
 func (l *Loop) retryUnsaved() {
-	r := &l.retry
-	for key := range l.unsaved {
+	r := &l.saves.retry
+	for key := range l.saves.unsaved {
 		if _, ok := l.pods[key]; !ok {
-			delete(l.unsaved, key) // gone meanwhile: nothing to write
+			delete(l.saves.unsaved, key) // gone meanwhile: nothing to write
 		}
 	}
-	if len(l.unsaved) == 0 {
+	if len(l.saves.unsaved) == 0 {
 		if !r.since.IsZero() {
 			l.log.WithField("failing_for", l.now().Sub(r.since).Round(time.Second).String()).Info("all checkpoints written after earlier failures")
 		}
@@ -190,12 +208,12 @@ func (l *Loop) retryUnsaved() {
 	if r.round == nil {
 		r.round = map[string]uint64{}
 	}
-	for key := range l.unsaved {
-		if _, busy := l.writing[key]; busy {
+	for key := range l.saves.unsaved {
+		if _, busy := l.saves.writing[key]; busy {
 			continue // the write under way says how it went
 		}
 		l.save(l.pods[key])
-		r.round[key] = l.writing[key]
+		r.round[key] = l.saves.writing[key]
 		if !r.bulk {
 			break // the probe
 		}
@@ -220,22 +238,22 @@ type UnsavedState struct {
 
 // publishUnsaved refreshes what Unsaved returns (loop goroutine).
 func (l *Loop) publishUnsaved() {
-	st := UnsavedState{Records: len(l.unsaved)}
+	st := UnsavedState{Records: len(l.saves.unsaved)}
 	if st.Records > 0 {
-		st.Since = l.retry.since
-		if l.retry.lastErr != nil {
-			st.LastError = l.retry.lastErr.Error()
+		st.Since = l.saves.retry.since
+		if l.saves.retry.lastErr != nil {
+			st.LastError = l.saves.retry.lastErr.Error()
 		}
-		if l.retry.next.After(l.now()) {
-			st.NextRetry = l.retry.next
+		if l.saves.retry.next.After(l.now()) {
+			st.NextRetry = l.saves.retry.next
 		}
 	}
-	l.unsavedState.Store(&st)
+	l.saves.unsavedState.Store(&st)
 }
 
 // Unsaved returns the records in memory only. Safe from any goroutine.
 func (l *Loop) Unsaved() UnsavedState {
-	if p := l.unsavedState.Load(); p != nil {
+	if p := l.saves.unsavedState.Load(); p != nil {
 		return *p
 	}
 	return UnsavedState{}
@@ -244,7 +262,7 @@ func (l *Loop) Unsaved() UnsavedState {
 // Flush waits until the records handed to the writer so far are written
 // (shutdown: after Run returned, before the store is closed), or ctx ends.
 func (l *Loop) Flush(ctx context.Context) error {
-	return l.w.Flush(ctx)
+	return l.saves.w.Flush(ctx)
 }
 
 // keyFields are the log fields of a pod known by its key alone.

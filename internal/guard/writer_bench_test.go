@@ -72,9 +72,9 @@ func BenchmarkUnsavedPass(b *testing.B) {
 		p := newPod(fmt.Sprintf("u%d", i), 0, pod.Burstable, false)
 		p.State, p.SandboxID = pod.StateReady, fmt.Sprintf("s%d", i)
 		l.pods[p.Key()] = p
-		l.unsaved[p.Key()] = true
+		l.saves.unsaved[p.Key()] = true
 	}
-	l.retry.since = clock.now() // failing already: no error line
+	l.saves.retry.since = clock.now() // failing already: no error line
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = l.Run(ctx); close(done) }()
