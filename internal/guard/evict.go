@@ -14,6 +14,17 @@ import (
 	"github.com/cri-guard/cri-guard/internal/pod"
 )
 
+// evictions are the loop's state of the evictions it carries out (loop
+// goroutine): what the evictor's next Pass is told of them.
+type evictions struct {
+	refused     []*evictor.Eviction // restored pods refused at start-up, to evict first
+	inflight    []*inFlight         // the evictions whose stop is under way
+	lastEvicted time.Time           // when the last eviction's stop returned
+	bound       rateBound           // evictions started, against evictionBurst and evictionRefill
+	passErr     string              // the error of the last eviction pass, if it failed
+	lastFailed  bool                // the last eviction's stop failed: the next quick pass waits evictor.EvictionSpacing
+}
+
 // inFlight is an eviction whose stop is under way (loop goroutine).
 type inFlight struct {
 	e         *evictor.Eviction
@@ -44,12 +55,12 @@ func (l *Loop) evict(e *evictor.Eviction) {
 		l.ev.EvictionFailed(e, fmt.Errorf("evict pod %q: not a ready sandbox of the sync loop", e.Pod.String()))
 		return
 	}
-	l.bound.take(l.now())
+	l.evictions.bound.take(l.now())
 	f := &inFlight{e: e, sandboxID: cur.SandboxID, wsAtStart: -1}
 	if ws, ok := l.podWorkingSet(cur); ok {
 		f.wsAtStart = ws
 	}
-	l.inflight = append(l.inflight, f)
+	l.evictions.inflight = append(l.evictions.inflight, f)
 	victim := cur.Clone()
 	killed := func() { l.post(func() { f.killedAt = l.now() }) }
 	go func() {
@@ -126,11 +137,11 @@ func podGrace(e *evictor.Eviction, victim *pod.Pod, ctrs []*runtimeapi.Container
 // (loop goroutine): whether each victim released its memory is read now,
 // one file each at most.
 func (l *Loop) inFlightNow() []evictor.InFlight {
-	if len(l.inflight) == 0 {
+	if len(l.evictions.inflight) == 0 {
 		return nil
 	}
-	out := make([]evictor.InFlight, len(l.inflight))
-	for i, f := range l.inflight {
+	out := make([]evictor.InFlight, len(l.evictions.inflight))
+	for i, f := range l.evictions.inflight {
 		out[i] = evictor.InFlight{Eviction: f.e, SandboxID: f.sandboxID, GraceCut: f.graceCut, Released: l.released(f)}
 	}
 	return out
@@ -139,7 +150,7 @@ func (l *Loop) inFlightNow() []evictor.InFlight {
 // inFlightOf is e's eviction under way, nil when it is not (loop
 // goroutine).
 func (l *Loop) inFlightOf(e *evictor.Eviction) *inFlight {
-	for _, f := range l.inflight {
+	for _, f := range l.evictions.inflight {
 		if f.e == e {
 			return f
 		}
@@ -234,8 +245,8 @@ func (l *Loop) killPod(p *pod.Pod) (int, error) {
 // stopped with EvictedAt. A failed or timed-out stop changes nothing but
 // the failure count: the pod stays ready and is ranked again next pass.
 func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) {
-	l.inflight = slices.DeleteFunc(l.inflight, func(f *inFlight) bool { return f.sandboxID == sandboxID })
-	l.lastEvicted, l.lastFailed = l.now(), err != nil
+	l.evictions.inflight = slices.DeleteFunc(l.evictions.inflight, func(f *inFlight) bool { return f.sandboxID == sandboxID })
+	l.evictions.lastEvicted, l.evictions.lastFailed = l.now(), err != nil
 	if err != nil {
 		l.ev.EvictionFailed(e, err)
 		return
@@ -267,12 +278,12 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 // not (evicted, stopped or removed meanwhile) (loop goroutine). A failed
 // stop leaves the pod first: it is tried again.
 func (l *Loop) nextRefused() *evictor.Eviction {
-	for len(l.refused) > 0 {
-		e := l.refused[0]
+	for len(l.evictions.refused) > 0 {
+		e := l.evictions.refused[0]
 		if p, ok := l.pods[e.Pod.Key()]; ok && p.State == pod.StateReady && p.SandboxID == e.Pod.SandboxID {
 			return e
 		}
-		l.refused = l.refused[1:]
+		l.evictions.refused = l.evictions.refused[1:]
 	}
 	return nil
 }
@@ -283,8 +294,8 @@ func (l *Loop) nextRefused() *evictor.Eviction {
 // goroutine).
 func (l *Loop) armRefused(t *time.Timer) {
 	t.Stop()
-	if len(l.inflight) == 0 && l.nextRefused() != nil {
-		t.Reset(max(0, evictor.EvictionSpacing-l.now().Sub(l.lastEvicted)))
+	if len(l.evictions.inflight) == 0 && l.nextRefused() != nil {
+		t.Reset(max(0, evictor.EvictionSpacing-l.now().Sub(l.evictions.lastEvicted)))
 	}
 }
 

@@ -118,7 +118,7 @@ func (h *realHarness) settled(t testing.TB) {
 	t.Helper()
 	testutil.WaitFor(t, "no eviction under way", func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.evictions.inflight) > 0 })
 		return !busy
 	})
 }
@@ -127,7 +127,7 @@ func (h *realHarness) settled(t testing.TB) {
 // of them have their containers stopped and their grace cut.
 func (h *realHarness) underWay() (ids []string, killed, cut int) {
 	_ = h.loop.do(context.Background(), func() {
-		for _, f := range h.loop.inflight {
+		for _, f := range h.loop.evictions.inflight {
 			ids = append(ids, f.sandboxID)
 			if !f.killedAt.IsZero() {
 				killed++
@@ -247,7 +247,7 @@ func TestRemoveDuringEviction(t *testing.T) {
 	// the stop is under way (hanging); the kubelet removes the sandbox
 	testutil.WaitFor(t, "the eviction to be under way", func() bool {
 		var busy bool
-		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.inflight) > 0 })
+		_ = h.loop.do(context.Background(), func() { busy = len(h.loop.evictions.inflight) > 0 })
 		return busy
 	})
 	rt.mu.Lock()

@@ -77,13 +77,13 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) (near bool) {
 		l.retryUnsaved()
 	}
 	l.applyAPI()
-	rateHeld := !l.bound.allow(l.now())
+	rateHeld := !l.evictions.bound.allow(l.now())
 	a := l.ev.Synchronize(evictor.Pass{
 		Active:       l.active(),
 		InFlight:     l.inFlightNow(),
 		Refused:      l.nextRefused(),
-		SinceSettled: l.now().Sub(l.lastEvicted),
-		LastFailed:   l.lastFailed,
+		SinceSettled: l.now().Sub(l.evictions.lastEvicted),
+		LastFailed:   l.evictions.lastFailed,
 		RateHeld:     rateHeld,
 		Spaced:       why.spaced(),
 		Wakeup:       l.wakeupOf(why),
@@ -113,13 +113,13 @@ func (l *Loop) housekeeping(ctx context.Context, why pass) (near bool) {
 // admission still follow the pressure meanwhile.
 func (l *Loop) noteRateBound(held bool) {
 	switch {
-	case held && l.bound.limited.IsZero():
-		l.bound.limited = l.now()
+	case held && l.evictions.bound.limited.IsZero():
+		l.evictions.bound.limited = l.now()
 		l.log.WithField("burst", evictionBurst).WithField("refill", evictionRefill).
 			Warn("eviction rate bound reached: the next eviction waits for it")
-	case !held && !l.bound.limited.IsZero():
-		l.log.WithField("held_back_for", l.now().Sub(l.bound.limited).Round(time.Millisecond)).Info("eviction rate bound no longer holds evictions back")
-		l.bound.limited = time.Time{}
+	case !held && !l.evictions.bound.limited.IsZero():
+		l.log.WithField("held_back_for", l.now().Sub(l.evictions.bound.limited).Round(time.Millisecond)).Info("eviction rate bound no longer holds evictions back")
+		l.evictions.bound.limited = time.Time{}
 	}
 }
 
@@ -131,17 +131,17 @@ func (l *Loop) notePassError(err error, why pass) bool {
 		// said once as a warning (the evictor's stats error is in status
 		// and metrics meanwhile), then at debug while it lasts
 		log := l.log.WithError(err).WithField("trigger", why.String())
-		if l.passErr == "" {
+		if l.evictions.passErr == "" {
 			log.Warn("eviction pass failed; further failures are logged at debug level until a pass succeeds")
 		} else {
 			log.Debug("eviction pass failed")
 		}
-		l.passErr = err.Error()
+		l.evictions.passErr = err.Error()
 		return false
 	}
-	if l.passErr != "" {
-		l.log.WithField("last_error", l.passErr).Info("eviction passes succeed again")
-		l.passErr = ""
+	if l.evictions.passErr != "" {
+		l.log.WithField("last_error", l.evictions.passErr).Info("eviction passes succeed again")
+		l.evictions.passErr = ""
 	}
 	return true
 }

@@ -172,18 +172,13 @@ type Loop struct {
 	saves saves // the records' writes, their outcomes and retries
 
 	// owned by the loop goroutine
-	pods        map[string]*pod.Pod  // by pod key
-	refused     []*evictor.Eviction  // restored pods refused at start-up, to evict first
-	inflight    []*inFlight          // the evictions whose stop is under way
-	lastEvicted time.Time            // when the last eviction's stop returned
-	bound       rateBound            // evictions started, against evictionBurst and evictionRefill
-	passErr     string               // the error of the last eviction pass, if it failed
-	lastFailed  bool                 // the last eviction's stop failed: the next quick pass waits evictor.EvictionSpacing
-	lastResync  time.Time            // when housekeeping last started a listing of the runtime's sandboxes
-	listing     bool                 // the listing housekeeping started is under way (resync)
-	gen         uint64               // the generation of the last outcome recorded (touch)
-	changed     map[string]uint64    // pod keys: the generation of the last outcome recorded of their sandbox
-	unsettled   map[string]time.Time // pending records no call will settle: when a listing without their sandbox drops them
+	pods       map[string]*pod.Pod  // by pod key
+	evictions  evictions            // what the loop carries out of the evictor's decisions
+	lastResync time.Time            // when housekeeping last started a listing of the runtime's sandboxes
+	listing    bool                 // the listing housekeeping started is under way (resync)
+	gen        uint64               // the generation of the last outcome recorded (touch)
+	changed    map[string]uint64    // pod keys: the generation of the last outcome recorded of their sandbox
+	unsettled  map[string]time.Time // pending records no call will settle: when a listing without their sandbox drops them
 	// restoreDrops: while a retried restore reads (RetryRestore), the
 	// records dropped since it started; nil otherwise
 	restoreDrops map[string]bool
@@ -219,7 +214,7 @@ func New(cfg Config, o Options) (*Loop, error) {
 	return &Loop{
 		cfg: cfg, rt: o.Runtime, store: o.Store, ev: o.Evictor, stats: o.PodStats, kill: o.Killer, log: o.Log, now: o.Now, wdog: o.Watchdog,
 		api: o.API, report: o.Reporter,
-		bound:     newRateBound(),
+		evictions: evictions{bound: newRateBound()},
 		updates:   make(chan func()),
 		wake:      wakeups{fired: make(chan struct{}, 1)},
 		saves:     newSaves(o.Store),

@@ -325,7 +325,7 @@ func (l *Loop) applyRestore(since uint64, read restoreRead) RestoreReport {
 			continue // dry run
 		}
 		l.log.WithFields(fields).WithField("message", r.Message).Warn("restored pod refused: queued for eviction")
-		l.refused = append(l.refused, e)
+		l.evictions.refused = append(l.evictions.refused, e)
 		rep.Evicting++
 	}
 	l.publish()
