@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cri-guard/cri-guard/internal/pod"
+	"github.com/cri-guard/cri-guard/internal/pressure"
 )
 
 // Attributes is what Admit decides on (the kubelet's PodAdmitAttributes): the pod and whether it comes from a checkpoint.
@@ -26,12 +27,8 @@ type Result struct {
 // admitted is the result that lets the pod in.
 var admitted = Result{Admit: true}
 
-const (
-	// ReasonEvicted is the kubelet's reason for refusals under pressure.
-	ReasonEvicted = "Evicted"
-	// ConditionMemoryPressure is the node condition memory thresholds set.
-	ConditionMemoryPressure = "MemoryPressure"
-)
+// ReasonEvicted is the kubelet's reason for refusals under pressure.
+const ReasonEvicted = "Evicted"
 
 // nodeConditionMessage is the kubelet's message for a pod refused because of
 // node conditions: "The node had condition: [MemoryPressure]. ".
@@ -49,7 +46,7 @@ func admitUnderConditions(p *pod.Pod, conditions []string) Result {
 	if p.Critical {
 		return admitted
 	}
-	if len(conditions) == 1 && conditions[0] == ConditionMemoryPressure {
+	if len(conditions) == 1 && conditions[0] == pressure.ConditionMemoryPressure {
 		if p.QOS != pod.BestEffort {
 			return admitted
 		}

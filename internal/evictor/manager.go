@@ -225,7 +225,7 @@ func (m *Manager) noteMissing(obs map[pressure.Signal]pressure.Observation) {
 func (m *Manager) conditions() (conds []string, statsErr bool) {
 	if m.statsErr != nil {
 		if m.cfg.OnStatsError == statsErrorReject {
-			return []string{ConditionMemoryPressure}, true
+			return []string{pressure.ConditionMemoryPressure}, true
 		}
 		return nil, true
 	}

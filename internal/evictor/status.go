@@ -117,7 +117,7 @@ func (m *Manager) pressureChanged() (Pressure, bool) {
 	if m.onPress == nil || m.snap.SampledAt.IsZero() {
 		return Pressure{}, false
 	}
-	p := Pressure{MemoryPressure: slices.Contains(m.snap.Conditions, ConditionMemoryPressure)}
+	p := Pressure{MemoryPressure: slices.Contains(m.snap.Conditions, pressure.ConditionMemoryPressure)}
 	if p.MemoryPressure {
 		for _, t := range m.snap.Thresholds {
 			if t.Acting || t.Pending {

@@ -57,7 +57,7 @@ type Collector struct {
 }
 
 // conditions are always exported, 0 when absent.
-var conditions = []string{evictor.ConditionMemoryPressure}
+var conditions = []string{pressure.ConditionMemoryPressure}
 
 // NewCollector returns a collector over src.
 func NewCollector(src StateSource) *Collector {

@@ -198,7 +198,7 @@ func TestCollector(t *testing.T) {
 			pressure.SignalMemoryAvailable: {Signal: pressure.SignalMemoryAvailable, Available: 2 * gi, Capacity: 4 * gi},
 			pressure.SignalPSIFullAvg10:    {Signal: pressure.SignalPSIFullAvg10, Percent: 12.5},
 		},
-		Conditions: []string{evictor.ConditionMemoryPressure},
+		Conditions: []string{pressure.ConditionMemoryPressure},
 	}
 	// the thresholds as the eviction manager's evaluation of st saw them
 	evaluated := func(ts []pressure.Threshold) []pressure.ThresholdState {
