@@ -171,7 +171,7 @@ test:
 	  fi; \
 	  CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh down || rc=1; \
 	  if CRI_GUARD_CLUSTER_NODES=3 CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) scripts/cluster.sh up; then \
-	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(MULTINODE_TIMEOUT) -v -run '^TestClusterMultiNode' -skip '^TestClusterMultiNodeNoController$$' ./integration/cluster/ || rc=1; \
+	    CRI_GUARD_CLUSTER=$(CRI_GUARD_CLUSTER_DIR) $(GO) test -tags integration -count=1 -timeout $(MULTINODE_TIMEOUT) -v -run '^TestClusterMultiNode' ./integration/cluster/ || rc=1; \
 	  else \
 	    echo "make test: CRI_GUARD_CLUSTER_NODES=3 scripts/cluster.sh up failed" >&2; rc=1; \
 	  fi; \

@@ -178,7 +178,8 @@ func TestClusterMultiNodeLeaderKilled(t *testing.T) {
 // per-owner bound on reported rejections (3 in 10 minutes) ends it: three
 // replacements end Failed ("Pod was rejected"), the next one stays Pending
 // on the node, unreported, and the ReplicaSet, seeing it pending, makes no
-// other: a few pods in all, none in the last minute of two more minutes of
+// other but the surplus a rejected pod's brief return to Pending causes: a
+// few pods in all, none in the last minute of two more minutes of
 // pressure. After the calm three replicas run.
 func TestClusterMultiNodeNoController(t *testing.T) {
 	c := needMultiNode(t, 3)
@@ -309,11 +310,14 @@ func TestClusterMultiNodeNoController(t *testing.T) {
 	}
 	// The rejected ones and the pending one; and, while the kubelet's
 	// status syncs put a rejected pod back to Pending for a moment (its
-	// cached status, until cri-guard's bound on rewrites ends that), the
-	// ReplicaSet sees a surplus, deletes the pending one and later makes
-	// another. A few pods, not the hundreds a minute without the bound.
-	if len(made) > 10 {
-		t.Errorf("%d replacement pods made during %v of pressure, want at most 10: the bound did not end the storm", len(made), calm.Sub(pressured))
+	// cached status, until cri-guard's bound on rewrites ends that: 1 + 3
+	// writes per report), the ReplicaSet sees a surplus, deletes the
+	// pending one and later makes another: 4 to 9 pods in runs on this
+	// cluster. A few pods, not the hundreds a minute without the bound;
+	// that it ends is the check on late pods below.
+	const maxMade = 15
+	if len(made) > maxMade {
+		t.Errorf("%d replacement pods made during %v of pressure, want at most %d: the bound did not end the storm", len(made), calm.Sub(pressured), maxMade)
 	}
 	if len(late) > 0 {
 		t.Errorf("pods made in the last %v of the pressure, when the storm should have ended: %v", quiet, late)
