@@ -4,9 +4,14 @@
 // make build) under floods from a local client, in front of an in-process fake
 // runtime: RSS, goroutines and descriptors during and after 100,000 HEADERS
 // frames on one CRI connection and 20,000 connection attempts on the
-// metrics port, and a CRI call's latency meanwhile. It logs figures and
-// checks only that cri-guard keeps serving (and, as every harness start,
-// that it exits cleanly on SIGINT at the end); it stops within a minute.
+// metrics port, and a CRI call's latency meanwhile. It logs the figures and
+// asserts their bounds: no CRI call fails meanwhile, the HEADERS flood is
+// refused past the per-connection stream limit and RSS stays under
+// maxFloodRSSMiB, the metrics flood holds no more descriptors than its
+// connection cap allows, and after each flood the descriptors and
+// goroutines come back to the idle figures (and, as every harness start,
+// cri-guard exits cleanly on SIGINT at the end). It stops within a few
+// minutes.
 //
 //	make build && go test -tags integration -v -run TestHostile ./integration/hostile/
 package hostile
@@ -36,6 +41,29 @@ import (
 	"github.com/cri-guard/cri-guard/integration/harness"
 	"github.com/cri-guard/cri-guard/internal/runtimeproxy/fakeruntime"
 	"github.com/cri-guard/cri-guard/internal/testutil"
+)
+
+// The bounds the floods must keep. A flood of streams or connections may
+// cost a connection's buffers and a goroutine per call in flight, never
+// memory or descriptors without bound.
+const (
+	// streamLimit is the CRI server's streams per connection
+	// (server.defaultMaxConcurrentStreams): the flood's streams past it
+	// are refused.
+	streamLimit = 1000
+	// metricsConnCap is the metrics endpoint's connections served at once
+	// (httpserve.defaultMaxConns); a few descriptors more are the
+	// listener's, the accepted one waiting for a slot and the CRI ones.
+	metricsConnCap = 64
+	fdSlack        = 12
+	// maxFloodRSSMiB bounds RSS during the HEADERS flood: 1000 calls in
+	// flight with their buffers, about 25 MiB over idle when measured.
+	maxFloodRSSMiB = 64
+	// settledFDs and settledGoroutines: how far over idle the floods may
+	// leave cri-guard once it has settled (the CRI client's connection,
+	// the runtime's, the metrics scrape's own).
+	settledFDs        = 2
+	settledGoroutines = 10
 )
 
 type proc struct{ pid int }
@@ -74,14 +102,23 @@ func goroutines(addr string) int {
 	return -1
 }
 
-// latency calls Version every 20ms until stop and reports the calls, the
-// failures and the slowest call.
-func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() string {
+// calls is what latency saw of the Version calls it made.
+type calls struct {
+	n, fails   int
+	p50, worst time.Duration
+}
+
+func (c calls) String() string {
+	return fmt.Sprintf("%d Version calls, %d failed, p50 %v, max %v", c.n, c.fails, c.p50.Round(10*time.Microsecond), c.worst.Round(10*time.Microsecond))
+}
+
+// latency calls Version every 20ms until stop; the function it returns
+// waits for the last call and reports them all.
+func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() calls {
 	var (
-		mu       sync.Mutex
-		n, fails int
-		worst    time.Duration
-		all      []time.Duration
+		mu  sync.Mutex
+		c   calls
+		all []time.Duration
 	)
 	done := make(chan struct{})
 	go func() {
@@ -98,23 +135,22 @@ func latency(rt runtimeapi.RuntimeServiceClient, stop <-chan struct{}) func() st
 			d := time.Since(start)
 			cancel()
 			mu.Lock()
-			n++
+			c.n++
 			if err != nil {
-				fails++
+				c.fails++
 			}
-			worst = max(worst, d)
+			c.worst = max(c.worst, d)
 			all = append(all, d)
 			mu.Unlock()
 		}
 	}()
-	return func() string {
+	return func() calls {
 		<-done
 		slices.Sort(all)
-		p50 := time.Duration(0)
 		if len(all) > 0 {
-			p50 = all[len(all)/2]
+			c.p50 = all[len(all)/2]
 		}
-		return fmt.Sprintf("%d Version calls, %d failed, p50 %v, max %v", n, fails, p50.Round(10*time.Microsecond), worst.Round(10*time.Microsecond))
+		return c
 	}
 }
 
@@ -150,7 +186,25 @@ func TestHostileMeasure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("idle: RSS %.1f MiB, %d fds, %d goroutines", p.rssMiB(), p.fds(), goroutines(metricsAddr))
+	idleFDs, idleG := p.fds(), goroutines(metricsAddr)
+	t.Logf("idle: RSS %.1f MiB, %d fds, %d goroutines", p.rssMiB(), idleFDs, idleG)
+	// settled waits (a minute at most) for the descriptors and goroutines
+	// to come back near idle, and fails the test if they do not: a flood
+	// must leave nothing behind once its connections are gone.
+	settled := func(what string) {
+		t.Helper()
+		start := time.Now()
+		var fds, g int
+		ok := testutil.Within(time.Minute, func() bool {
+			fds, g = p.fds(), goroutines(metricsAddr)
+			return fds <= idleFDs+settledFDs && g >= 0 && g <= idleG+settledGoroutines
+		})
+		t.Logf("%s: back to %d fds, %d goroutines, RSS %.1f MiB after %v", what, fds, g, p.rssMiB(), time.Since(start).Round(100*time.Millisecond))
+		if !ok {
+			t.Errorf("%s: a minute after, %d fds and %d goroutines, want at most %d and %d (idle %d and %d)",
+				what, fds, g, idleFDs+settledFDs, idleG+settledGoroutines, idleFDs, idleG)
+		}
+	}
 
 	// A: 100,000 HEADERS-only streams on one connection
 	{
@@ -205,13 +259,24 @@ func TestHostileMeasure(t *testing.T) {
 			sent++
 		}
 		time.Sleep(time.Second)
+		rss := p.rssMiB()
 		t.Logf("HEADERS flood: %d of %d sent in %v, %d refused; during: RSS %.1f MiB, %d fds, %d goroutines",
-			sent, streams, time.Since(start).Round(time.Millisecond), refused.Load(), p.rssMiB(), p.fds(), goroutines(metricsAddr))
+			sent, streams, time.Since(start).Round(time.Millisecond), refused.Load(), rss, p.fds(), goroutines(metricsAddr))
+		if sent > streamLimit && refused.Load() == 0 {
+			t.Errorf("HEADERS flood: %d streams sent on one connection and none refused, want those past %d refused", sent, streamLimit)
+		}
+		if rss > maxFloodRSSMiB {
+			t.Errorf("HEADERS flood: RSS %.1f MiB, want at most %d MiB", rss, maxFloodRSSMiB)
+		}
 		_ = c.Close()
 		<-readDone
-		time.Sleep(10 * time.Second)
+		settled("HEADERS flood")
 		close(stop)
-		t.Logf("HEADERS flood: 10s after close: RSS %.1f MiB, %d fds, %d goroutines; meanwhile %s", p.rssMiB(), p.fds(), goroutines(metricsAddr), lat())
+		cs := lat()
+		t.Logf("HEADERS flood: meanwhile %s", cs)
+		if cs.fails > 0 {
+			t.Errorf("HEADERS flood: %d of %d Version calls on another connection failed, want none", cs.fails, cs.n)
+		}
 	}
 
 	// B: 20,000 connection attempts on the metrics port, at most 4,000 held
@@ -275,11 +340,18 @@ func TestHostileMeasure(t *testing.T) {
 			_ = c.Close()
 		}
 		mu.Unlock()
-		time.Sleep(2 * time.Second)
+		settled("metrics flood")
 		close(stop)
 		<-sampleDone
-		t.Logf("metrics flood: %d attempts in %v (%d connected, %d failed); at the end %s; peak %d fds, RSS %.1f MiB; 2s after: RSS %.1f MiB, %d fds; meanwhile %s",
-			attempts, elapsed.Round(time.Millisecond), ok.Load(), fail.Load(), during, peakFDs.Load(), float64(peakRSS.Load())/1024, p.rssMiB(), p.fds(), lat())
+		cs := lat()
+		t.Logf("metrics flood: %d attempts in %v (%d connected, %d failed); at the end %s; peak %d fds, RSS %.1f MiB; meanwhile %s",
+			attempts, elapsed.Round(time.Millisecond), ok.Load(), fail.Load(), during, peakFDs.Load(), float64(peakRSS.Load())/1024, cs)
+		if peak, bound := peakFDs.Load(), int64(idleFDs+metricsConnCap+fdSlack); peak > bound {
+			t.Errorf("metrics flood: peak %d fds, want at most %d (idle %d, the cap of %d connections, %d more)", peak, bound, idleFDs, metricsConnCap, fdSlack)
+		}
+		if cs.fails > 0 {
+			t.Errorf("metrics flood: %d of %d Version calls failed, want none", cs.fails, cs.n)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
