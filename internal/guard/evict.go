@@ -264,9 +264,7 @@ func (l *Loop) settleEviction(e *evictor.Eviction, sandboxID string, err error) 
 	}
 	p.State = pod.StateStopped
 	p.EvictedAt = l.now()
-	l.touch(p.Key())
-	l.save(p) // the guard is in the evictor's memory meanwhile
-	l.publish()
+	l.recorded(p, false) // the guard is in the evictor's memory until it is written
 	l.log.WithFields(podFields(p)).Info("pod evicted")
 	if l.report != nil {
 		l.report.Evicted(p, e.Message)

@@ -32,6 +32,16 @@ func (l *Loop) touch(key string) {
 	l.changed[key] = l.gen
 }
 
+// recorded is what follows an outcome the loop recorded in p, the record
+// in l.pods: its generation (touch), the status snapshot (publish), then
+// its durable write (saveAs; awaited: the returned channel is closed once
+// it is written) (loop goroutine).
+func (l *Loop) recorded(p *pod.Pod, awaited bool) <-chan struct{} {
+	l.touch(p.Key())
+	l.publish()
+	return l.saveAs(p, awaited)
+}
+
 // resync starts a listing of the runtime's sandboxes off the loop, unless
 // the last one started here is still under way (it serves: a runtime that
 // is slow to list is not asked more often) (loop goroutine). Its answer

@@ -156,13 +156,11 @@ func (l *Loop) admitAddition(p *pod.Pod) (evictor.Result, *pod.Pod, <-chan struc
 	// kept in memory and written again (recordWrites); if cri-guard
 	// restarts before that, reconciliation adopts the sandbox containerd
 	// runs.
-	pending := l.saveAwaited(p)
-	// this call settles the record (callEnded); an unsettled deadline
-	// stays: an earlier call's sandbox may still appear
+	// This call settles the record (callEnded); an unsettled deadline
+	// stays: an earlier call's sandbox may still appear.
 	l.calls[p.Key()]++
 	l.pods[p.Key()] = p.Clone()
-	l.touch(p.Key())
-	l.publish()
+	pending := l.recorded(l.pods[p.Key()], true)
 	l.log.WithFields(fields).Debug("pod sandbox admitted")
 	return r, nil, pending
 }
@@ -238,10 +236,9 @@ func (l *Loop) settleCreated(p *pod.Pod, sandboxID string, state pod.State) <-ch
 	cur.SandboxID, cur.State = sandboxID, state
 	delete(l.unsettled, p.Key())
 	l.pods[p.Key()] = cur
-	l.touch(p.Key())
-	done := l.saveAwaited(cur) // a crash before it is written: start-up reconciliation completes the pending record
-	l.publish()
-	return done
+	// a crash before it is written: start-up reconciliation completes the
+	// pending record
+	return l.recorded(cur, true)
 }
 
 // settleNotCreated settles a RunPodSandbox whose outcome says for certain

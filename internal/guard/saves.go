@@ -36,12 +36,10 @@ func newSaves(s Store) saves {
 // (recordWrites).
 func (l *Loop) save(p *pod.Pod) { l.saveAs(p, false) }
 
-// saveAwaited is save for a record a CRI call waits for (RunPodSandbox's
-// pending and settled record, on its own goroutine): the returned channel
-// is closed once it is written, and the write does not queue behind the
-// others (checkpoint.Writer).
-func (l *Loop) saveAwaited(p *pod.Pod) <-chan struct{} { return l.saveAs(p, true) }
-
+// saveAs is save; awaited is for a record a CRI call waits for
+// (RunPodSandbox's pending and settled record, on its own goroutine): the
+// returned channel is closed once it is written, and the write does not
+// queue behind the others (checkpoint.Writer).
 func (l *Loop) saveAs(p *pod.Pod, awaited bool) <-chan struct{} {
 	seq, done := l.saves.w.Put(checkpoint.Record{Pod: *p.Clone(), State: p.State, SandboxID: p.SandboxID, Written: l.now()}, awaited)
 	l.saves.writing[p.Key()] = seq
