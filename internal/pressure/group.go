@@ -33,38 +33,6 @@ func (g groupMemory) workingSetBytes() int64 {
 	return g.UsageBytes - g.InactiveFileBytes
 }
 
-// readUintFile reads a single-number file; unlimited reports "max".
-func (s *Sampler) readUintFile(p string) (v int64, unlimited bool, err error) {
-	b, err := s.r.read(p)
-	if err != nil {
-		return 0, false, err
-	}
-	u, unl, err := parseLimit(b)
-	if err != nil {
-		return 0, false, fmt.Errorf("parse %q: %w", p, err)
-	}
-	if u > 1<<63-1 {
-		return 0, false, fmt.Errorf("parse %q: value %d out of range", p, u)
-	}
-	return int64(u), unl, nil
-}
-
-// readStatKey reads one key of a memory.stat file.
-func (s *Sampler) readStatKey(p, key string) (int64, error) {
-	b, err := s.r.read(p)
-	if err != nil {
-		return 0, err
-	}
-	v, err := parseKVValue(b, key)
-	if err != nil {
-		return 0, fmt.Errorf("parse %q: %w", p, err)
-	}
-	if v > 1<<63-1 {
-		return 0, fmt.Errorf("parse %q: %s out of range", p, key)
-	}
-	return int64(v), nil
-}
-
 // readMemoryV2 reads memory.current, memory.stat (inactive_file) and
 // memory.max of a cgroup v2 group; withRequest also reads memory.min and
 // memory.low. A missing memory.current (group absent or memory controller
@@ -135,19 +103,6 @@ func (s *Sampler) readMemoryV1(dir string, withRequest bool) (groupMemory, error
 		g.RequestBytes, g.HasRequest = soft, true
 	}
 	return g, nil
-}
-
-// readPSI reads a pressure file.
-func (s *Sampler) readPSI(p string) (some, full PSI, err error) {
-	b, err := s.r.read(p)
-	if err != nil {
-		return PSI{}, PSI{}, err
-	}
-	some, full, _, err = parsePressure(b)
-	if err != nil {
-		return PSI{}, PSI{}, fmt.Errorf("parse %q: %w", p, err)
-	}
-	return some, full, nil
 }
 
 // readGroupMemory reads the memory files of group (a path relative to the

@@ -281,18 +281,6 @@ func (s *Sampler) Source() (source string, podMemoryVersion int) {
 	return s.layout.source, s.layout.memoryVersion
 }
 
-func (s *Sampler) readMeminfo() (meminfo, error) {
-	b, err := s.r.read(s.meminfo)
-	if err != nil {
-		return meminfo{}, fmt.Errorf("read meminfo: %w", err)
-	}
-	m, err := parseMeminfo(b)
-	if err != nil {
-		return meminfo{}, fmt.Errorf("parse %q: %w", s.meminfo, err)
-	}
-	return m, nil
-}
-
 // Node takes one node sample.
 func (s *Sampler) Node() (NodeSample, error) {
 	s.mu.Lock()

@@ -1,12 +1,77 @@
 package pressure
 
+// The stats files cri-guard reads (cgroup memory and pressure files,
+// /proc/meminfo): how one is read (fileReader, without blocking on what is
+// not a regular file), how its text is parsed, and the Sampler's readers
+// that put the two together.
+
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
+
+// fileReader reads small stats files into one reusable buffer, with no
+// allocation beyond the path conversion. It is not safe for concurrent use.
+type fileReader struct {
+	buf []byte
+}
+
+// errNotRegular: a stats path that is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// maxStatsFile bounds what is read from one stats file (memory.stat of a
+// cgroup v2 group is about 1.5 KiB; /proc/meminfo about 1.5 KiB).
+const maxStatsFile = 1 << 20
+
+// read returns the content of the file at p. The slice is valid until the
+// next call. Errors are *os.PathError, so errors.Is(err, fs.ErrNotExist)
+// works.
+func (r *fileReader) read(p string) ([]byte, error) {
+	// O_NONBLOCK: a FIFO (or device) put where a stats file belongs must
+	// not block the open; only regular files are read (procfs and cgroupfs
+	// files are regular).
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &os.PathError{Op: "open", Path: p, Err: errNotRegular}
+	}
+	if r.buf == nil {
+		r.buf = make([]byte, 8192)
+	}
+	n := 0
+	for {
+		if n == len(r.buf) {
+			if len(r.buf) >= maxStatsFile {
+				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("larger than %d bytes", maxStatsFile)}
+			}
+			r.buf = append(r.buf, make([]byte, len(r.buf))...)
+		}
+		m, err := unix.Read(fd, r.buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if m == 0 {
+			return r.buf[:n], nil
+		}
+		n += m
+	}
+}
 
 // errKeyNotFound reports that a key-value stats file lacks the requested key.
 var errKeyNotFound = errors.New("key not found")
@@ -260,4 +325,62 @@ func parseMeminfo(b []byte) (meminfo, error) {
 // formatPercent formats a PSI percentage for messages.
 func formatPercent(p float64) string {
 	return strconv.FormatFloat(p, 'f', -1, 64) + "%"
+}
+
+// readUintFile reads a single-number file; unlimited reports "max".
+func (s *Sampler) readUintFile(p string) (v int64, unlimited bool, err error) {
+	b, err := s.r.read(p)
+	if err != nil {
+		return 0, false, err
+	}
+	u, unl, err := parseLimit(b)
+	if err != nil {
+		return 0, false, fmt.Errorf("parse %q: %w", p, err)
+	}
+	if u > 1<<63-1 {
+		return 0, false, fmt.Errorf("parse %q: value %d out of range", p, u)
+	}
+	return int64(u), unl, nil
+}
+
+// readStatKey reads one key of a memory.stat file.
+func (s *Sampler) readStatKey(p, key string) (int64, error) {
+	b, err := s.r.read(p)
+	if err != nil {
+		return 0, err
+	}
+	v, err := parseKVValue(b, key)
+	if err != nil {
+		return 0, fmt.Errorf("parse %q: %w", p, err)
+	}
+	if v > 1<<63-1 {
+		return 0, fmt.Errorf("parse %q: %s out of range", p, key)
+	}
+	return int64(v), nil
+}
+
+// readPSI reads a pressure file.
+func (s *Sampler) readPSI(p string) (some, full PSI, err error) {
+	b, err := s.r.read(p)
+	if err != nil {
+		return PSI{}, PSI{}, err
+	}
+	some, full, _, err = parsePressure(b)
+	if err != nil {
+		return PSI{}, PSI{}, fmt.Errorf("parse %q: %w", p, err)
+	}
+	return some, full, nil
+}
+
+// readMeminfo reads and parses /proc/meminfo.
+func (s *Sampler) readMeminfo() (meminfo, error) {
+	b, err := s.r.read(s.meminfo)
+	if err != nil {
+		return meminfo{}, fmt.Errorf("read meminfo: %w", err)
+	}
+	m, err := parseMeminfo(b)
+	if err != nil {
+		return meminfo{}, fmt.Errorf("parse %q: %w", s.meminfo, err)
+	}
+	return m, nil
 }
