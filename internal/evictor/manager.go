@@ -64,13 +64,17 @@ type Manager struct {
 
 	lastSample time.Time
 	sample     pressure.NodeSample
-	fall       fallRates // how fast each memory signal falls
-	result     pressure.Result
-	statsErr   error
-	evicted    map[string]evictedPod // by pod UID
-	missing    []string              // threshold signals the last sample lacked
-	unable     bool                  // the last pass found nothing to evict
-	told       *Pressure             // the view last given to onPress
+	// observed is sample's observations, made once per sample and never
+	// changed after: the evaluation, Evaluation and the status snapshot
+	// share it.
+	observed map[pressure.Signal]pressure.Observation
+	fall     fallRates // how fast each memory signal falls
+	result   pressure.Result
+	statsErr error
+	evicted  map[string]evictedPod // by pod UID
+	missing  []string              // threshold signals the last sample lacked
+	unable   bool                  // the last pass found nothing to evict
+	told     *Pressure             // the view last given to onPress
 
 	mu   sync.Mutex // guards snap
 	snap Status
@@ -183,6 +187,7 @@ func (m *Manager) observe() {
 	}
 	m.sample = s
 	obs := s.Observations()
+	m.observed = obs
 	m.fall.observe(now, obs)
 	m.result = m.eval.Evaluate(now, obs)
 	m.noteMissing(obs)

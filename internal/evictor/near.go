@@ -16,7 +16,8 @@ import (
 // OOM. A plain value: the
 // zero Evaluation (no sample yet, or stats unreadable) says no to all.
 type Evaluation struct {
-	// Observations are the last sample's signals.
+	// Observations are the last sample's signals (shared with the
+	// manager: read, never change).
 	Observations map[pressure.Signal]pressure.Observation
 	// Thresholds are the thresholds evaluated.
 	Thresholds []pressure.Threshold
@@ -37,7 +38,7 @@ func (m *Manager) Evaluation() Evaluation {
 	if m.statsErr != nil || m.lastSample.IsZero() {
 		return Evaluation{}
 	}
-	return Evaluation{Observations: m.sample.Observations(), Thresholds: m.eval.Thresholds(), Met: m.result.Met, Sample: m.sample,
+	return Evaluation{Observations: m.observed, Thresholds: m.eval.Thresholds(), Met: m.result.Met, Sample: m.sample,
 		Falling: maps.Clone(m.fall.rate)}
 }
 

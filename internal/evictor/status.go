@@ -141,7 +141,7 @@ func (m *Manager) publishLocked(ranked []Candidate) {
 	if m.statsErr != nil {
 		s.StatsError = m.statsErr.Error()
 	}
-	s.Observed = m.sample.Observations()
+	s.Observed = m.observed
 	s.HugePagesBytes, s.HugePagesSubtracted = m.sample.HugePagesBytes, m.sample.HugePagesSubtracted
 	s.SignalErrors = nil
 	for _, err := range []error{m.sample.PSIError, m.sample.PodsError, m.sample.HugePagesError} {
