@@ -254,7 +254,16 @@ vexec() {
 diagnose() {
   local p
   echo "--- vm.sh diagnose: guest processes on the host"
-  if p=$(uml_pid); then ps -o pid,stat,pcpu,etime,rss,wchan:20,comm -g "$p" 2>/dev/null | head -20; else echo "(no UML process)"; fi
+  if p=$(uml_pid); then
+    ps -o pid,stat,pcpu,etime,rss,wchan:20,comm -g "$p" 2>/dev/null | head -20
+    # where the UML kernel's own threads wait on the host (a hung guest
+    # shows here, not on its silent console)
+    local task
+    for task in /proc/"$p"/task/*; do
+      echo "  task ${task##*/}: $(cat "$task/stat" 2>/dev/null | cut -d' ' -f3) $(cat "$task/wchan" 2>/dev/null)"
+      head -8 "$task/stack" 2>/dev/null | sed 's/^/    /'
+    done | head -60
+  else echo "(no UML process)"; fi
   echo "--- vm.sh diagnose: exec queue"
   ls -la "$SHARE/exec" 2>/dev/null | tail -n +4 | head -20
   echo "--- vm.sh diagnose: console (last 30 lines)"
