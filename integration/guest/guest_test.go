@@ -52,9 +52,19 @@ func needGuest(t *testing.T) {
 		t.Fatal(*why)
 	}
 	if out, err := exec.Command(vmScript, "status").CombinedOutput(); err != nil {
+		if started.Load() {
+			// it answered before: it hung between two tests
+			reboot(t, fmt.Sprintf("the guest stopped answering before %s (status: %v; %s)", t.Name(), err, strings.TrimSpace(string(out))))
+			return
+		}
 		t.Fatalf("CRI_GUARD_VM is set but the guest does not answer: %v\n%s", err, out)
 	}
+	started.Store(true)
 }
+
+// started: the guest answered a test's status once (so a guest that does
+// not answer later has hung, rather than never come up).
+var started atomic.Bool
 
 // result is what a guest script printed: its key=value lines (a key may
 // repeat; the last wins in get, all are in all) and the whole output.
@@ -83,26 +93,34 @@ func runScript(t *testing.T, timeout time.Duration, name string, args ...string)
 	if gone == "" {
 		return r
 	}
-	if rebooted.Add(1) > maxReboots {
-		stuck.Store(&gone)
-		t.Fatalf("guest %s: %s; the guest was rebooted once already in this run", name, gone)
-	}
-	t.Logf("GUEST HUNG: %s; booting it again (scripts/vm.sh down, up) to run %s once more", gone, name)
-	start := time.Now()
-	for _, c := range []string{"down", "up"} {
-		if out, err := exec.Command(vmScript, c).CombinedOutput(); err != nil {
-			why := fmt.Sprintf("%s, and scripts/vm.sh %s failed after it: %v", gone, c, err)
-			stuck.Store(&why)
-			t.Fatalf("guest %s: %s\n%s", name, why, out)
-		}
-	}
-	t.Logf("guest booted again in %.0fs", time.Since(start).Seconds())
+	reboot(t, gone)
+	t.Logf("guest %s: run once more on the guest booted again", name)
 	r, again := runScriptOnce(t, timeout, name, args...)
 	if again != "" {
 		stuck.Store(&again)
 		t.Fatalf("guest %s: %s, again after a reboot", name, again)
 	}
 	return r
+}
+
+// reboot boots again a guest that stopped answering (gone says how), or
+// fails the test if it did so once already in this run.
+func reboot(t *testing.T, gone string) {
+	t.Helper()
+	if rebooted.Add(1) > maxReboots {
+		stuck.Store(&gone)
+		t.Fatalf("%s; the guest was booted again once already in this run", gone)
+	}
+	t.Logf("GUEST HUNG: %s; booting it again (scripts/vm.sh down, up)", gone)
+	start := time.Now()
+	for _, c := range []string{"down", "up"} {
+		if out, err := exec.Command(vmScript, c).CombinedOutput(); err != nil {
+			why := fmt.Sprintf("%s, and scripts/vm.sh %s failed after it: %v", gone, c, err)
+			stuck.Store(&why)
+			t.Fatalf("%s\n%s", why, out)
+		}
+	}
+	t.Logf("guest booted again in %.0fs", time.Since(start).Seconds())
 }
 
 // runScriptOnce is runScript without the reboot: gone says how the guest

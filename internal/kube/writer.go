@@ -26,6 +26,10 @@ type Client struct {
 	node string
 	srv  server
 	pods cache.SharedIndexInformer
+	// podsHandler is the views' handler on pods: synced once it has
+	// seen the first listing (the informer's own HasSynced may say so
+	// before the handler derived the views)
+	podsHandler cache.ResourceEventHandlerRegistration
 	// nodes caches this node's Node alone: the condition is decided from
 	// it, never from a periodic read
 	nodes cache.SharedIndexInformer
@@ -98,7 +102,7 @@ func newClient(srv server, node string, retry time.Duration, log *logrus.Entry, 
 		DeleteFunc: func(any) { c.poke() },
 	})
 	c.pods = newPodInformer(srv.podListWatch(node))
-	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.podsHandler, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if p, ok := obj.(*corev1.Pod); ok {
 				c.setView(nil, p)
@@ -169,7 +173,7 @@ type State struct {
 func (c *Client) State() State {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := State{Node: c.node, Synced: c.pods.HasSynced(), LastOK: c.lastOK,
+	s := State{Node: c.node, Synced: c.podsHandler != nil && c.podsHandler.HasSynced(), LastOK: c.lastOK,
 		Unreported: c.unreported}
 	for _, r := range c.reports {
 		if r.pending {
