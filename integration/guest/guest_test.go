@@ -173,7 +173,8 @@ func runScriptOnce(t *testing.T, timeout time.Duration, name string, args ...str
 			return r, fmt.Sprintf("the guest stopped answering during %s (exit %d; vm.sh's diagnosis above)", name, r.code)
 		}
 		if out, err := exec.Command(vmScript, "status").CombinedOutput(); err != nil {
-			return r, fmt.Sprintf("the guest stopped answering during %s (it timed out, then status failed: %v; %s)", name, err, strings.TrimSpace(string(out)))
+			t.Logf("scripts/vm.sh status after %s timed out: %v\n%s", name, err, out)
+			return r, fmt.Sprintf("the guest stopped answering during %s (it timed out, then status failed: %v; vm.sh's diagnosis above)", name, err)
 		}
 		t.Fatalf("guest %s: timed out (exit %d); the guest still answers", name, r.code)
 	}
