@@ -25,8 +25,8 @@ import (
 var stuck atomic.Pointer[string]
 
 // rebooted counts the guest's reboots after it stopped answering. The UML
-// kernel has hung whole a few times in CI (no console output, no
-// vm-agent, no power-off; not reproduced in 14 rounds of the same
+// kernel has hung whole a few times in CI (no console output, vm-agent
+// taking no command; not reproduced in 14 rounds of the same
 // scenarios on fresh guests): whatever a process does, cri-guard
 // included, only a kernel bug hangs a kernel whole, so the guest is booted
 // again and the script run once more on it, and the test says so. One
